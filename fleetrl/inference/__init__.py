@@ -1,0 +1,6 @@
+"""Inference: the batched generation engine and its HTTP server."""
+
+from fleetrl.inference.engine import Engine, EngineStats
+from fleetrl.types import Completion, SamplingParams
+
+__all__ = ["Completion", "Engine", "EngineStats", "SamplingParams"]

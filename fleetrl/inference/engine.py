@@ -1,0 +1,308 @@
+"""Engine: continuous-batching generation that returns exactly what RL training needs.
+
+Per generated token the engine records the token id, its behaviour logprob (see
+SamplingParams for the convention), the policy version that sampled it, and for MoE
+models the experts the token was routed to. Requests join and leave between decode
+steps; weights are swapped between two decode steps, so a request in flight keeps its KV
+cache and its later tokens carry the new version (a completion may span versions).
+
+    generate() ─▶ waiting ─▶ prefill into a free cache slot ─▶ running ─┐
+                                                                       │ one decode step
+          update_weights() ─▶ applied here, between steps ◀────────────┘ for all running
+                                                                       │
+                         finished ─▶ future resolved ◀─────────────────┘
+
+The model runs in a worker thread so the asyncio loop (and an HTTP server on it) stays
+responsive. Routing of the last generated token of an MoE request: the token is fed
+through the model in one extra step (a "flush") so its experts are known too.
+
+Not covered: paged attention, prefix caching, speculative decoding, tensor parallelism.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from fleetrl.inference.sampling import sample
+from fleetrl.model.kv_cache import KVCache
+from fleetrl.model.qwen3 import Qwen3
+from fleetrl.types import Completion, SamplingParams
+
+
+@dataclass
+class EngineStats:
+    """Counters an operator (or the /health endpoint) reads."""
+
+    version: int = 0  # policy version now loaded
+    running: int = 0  # requests in the decode batch
+    waiting: int = 0  # requests queued for a slot
+    generated_tokens: int = 0  # tokens sampled since start
+    decode_steps: int = 0
+    weight_updates: int = 0
+    last_update_pause_s: float = 0.0  # decoding stood still this long for the last swap
+
+
+@dataclass
+class _Request:
+    prompt_ids: list[int]
+    params: SamplingParams
+    future: asyncio.Future[Completion]
+    generator: torch.Generator | None
+    max_new: int  # max_tokens, capped by the context left
+    out: Completion
+    length: int = 0  # positions held in the KV cache
+    finished: bool = False  # sampling is over; an MoE request still flushes once
+
+    def needs_input(self) -> bool:
+        """Whether the last sampled token still has to go through the model."""
+        return self.length < len(self.prompt_ids) + len(self.out.token_ids)
+
+
+@dataclass
+class _WeightUpdate:
+    state_dict: dict[str, torch.Tensor]
+    version: int
+    future: asyncio.Future[float]
+
+
+@dataclass
+class _Queues:
+    waiting: list[_Request] = field(default_factory=list)
+    running: list[_Request] = field(default_factory=list)  # index == KV cache slot
+    updates: list[_WeightUpdate] = field(default_factory=list)
+
+
+class Engine:
+    """Batched, KV-cached generation over a fleetrl model, driven from asyncio."""
+
+    def __init__(
+        self,
+        model: Qwen3,
+        max_batch_size: int = 64,
+        max_model_len: int | None = None,
+        version: int = 0,
+        seed: int = 0,
+    ) -> None:
+        self.model = model.eval()
+        self.config = model.config
+        self.max_batch_size = max_batch_size
+        self.max_model_len = max_model_len or min(self.config.max_position_embeddings, 4096)
+        self.version = version
+        param = next(model.parameters())
+        self.device = param.device
+        # One spare position so the last token of a full-length request can still be flushed.
+        self.cache = KVCache(
+            self.config.num_hidden_layers,
+            max_batch_size,
+            self.config.num_key_value_heads,
+            self.max_model_len + 1,
+            self.config.head_dim,
+            dtype=param.dtype,
+            device=self.device,
+        )
+        self.stats = EngineStats(version=version)
+        self._shared_rng = torch.Generator(device=self.device).manual_seed(seed)
+        self._queues = _Queues()
+        self._wake: asyncio.Event | None = None
+        self._loop_task: asyncio.Task[None] | None = None
+
+    async def generate(
+        self, prompt_ids: list[int], params: SamplingParams | None = None
+    ) -> Completion:
+        """Generate one completion of `prompt_ids`; raises ValueError for bad input."""
+        params = params or SamplingParams()
+        params.validate()
+        prompt_ids = list(prompt_ids)
+        if not prompt_ids:
+            raise ValueError("prompt_ids is empty")
+        if len(prompt_ids) >= self.max_model_len:
+            raise ValueError(
+                f"prompt of {len(prompt_ids)} tokens leaves no room in the context of "
+                f"{self.max_model_len} tokens"
+            )
+        vocab = self.config.vocab_size
+        if min(prompt_ids) < 0 or max(prompt_ids) >= vocab:
+            raise ValueError(f"prompt_ids must be token ids in [0, {vocab})")
+        generator = None
+        if params.seed is not None:
+            generator = torch.Generator(device=self.device).manual_seed(params.seed)
+        moe = self.config.is_moe
+        request = _Request(
+            prompt_ids=prompt_ids,
+            params=params,
+            future=asyncio.get_running_loop().create_future(),
+            generator=generator,
+            max_new=min(params.max_tokens, self.max_model_len - len(prompt_ids)),
+            out=Completion(
+                prompt_ids=prompt_ids,
+                token_ids=[],
+                logprobs=[],
+                versions=[],
+                finish_reason="length",
+                routed_experts=[] if moe else None,
+                top_logprobs=[] if params.top_logprobs else None,
+            ),
+        )
+        self._queues.waiting.append(request)
+        self._ensure_loop()
+        return await request.future
+
+    async def update_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> float:
+        """Load new weights between two decode steps; returns the decoding pause in seconds.
+
+        `state_dict` may hold a subset of the parameters (only what changed). Unknown names
+        or wrong shapes raise ValueError and nothing is changed.
+        """
+        own = self.model.state_dict()
+        for name, tensor in state_dict.items():
+            if name not in own:
+                raise ValueError(f"unknown parameter {name!r}")
+            if tuple(tensor.shape) != tuple(own[name].shape):
+                raise ValueError(f"{name}: shape {tuple(tensor.shape)} != {tuple(own[name].shape)}")
+        future: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+        self._queues.updates.append(_WeightUpdate(state_dict, version, future))
+        self._ensure_loop()
+        return await future
+
+    async def close(self) -> None:
+        """Stop the background loop; requests still queued fail with RuntimeError."""
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+            try:
+                await self._loop_task
+            except asyncio.CancelledError:
+                pass
+            self._loop_task = None
+        self._fail_all(RuntimeError("engine closed"))
+
+    # -- the loop ---------------------------------------------------------------------
+
+    def _ensure_loop(self) -> None:
+        if self._loop_task is None or self._loop_task.done():
+            self._wake = asyncio.Event()
+            self._loop_task = asyncio.get_running_loop().create_task(self._run())
+        assert self._wake is not None
+        self._wake.set()
+
+    async def _run(self) -> None:
+        assert self._wake is not None
+        q = self._queues
+        while True:
+            if not (q.waiting or q.running or q.updates):
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            try:
+                while q.updates:
+                    update = q.updates.pop(0)
+                    pause = await asyncio.to_thread(self._apply_weights, update)
+                    if not update.future.done():
+                        update.future.set_result(pause)
+                while q.waiting and len(q.running) < self.max_batch_size:
+                    request = q.waiting.pop(0)
+                    if request.future.done():  # cancelled by its caller
+                        continue
+                    await asyncio.to_thread(self._prefill, request)
+                    q.running.append(request)
+                if q.running:
+                    await asyncio.to_thread(self._decode_step)
+                self._retire()
+            except Exception as err:  # a failed step fails its requests, not the engine
+                self._fail_all(err)
+            self.stats.running, self.stats.waiting = len(q.running), len(q.waiting)
+
+    def _fail_all(self, err: Exception) -> None:
+        q = self._queues
+        for item in [*q.waiting, *q.running, *q.updates]:
+            if not item.future.done():
+                item.future.set_exception(err)
+        q.waiting.clear()
+        q.running.clear()
+        q.updates.clear()
+
+    @torch.inference_mode()
+    def _apply_weights(self, update: _WeightUpdate) -> float:
+        start = time.perf_counter()
+        params = self.model.state_dict()
+        for name, tensor in update.state_dict.items():
+            params[name].copy_(tensor)
+        self.version = update.version
+        pause = time.perf_counter() - start
+        self.stats.version = update.version
+        self.stats.weight_updates += 1
+        self.stats.last_update_pause_s = pause
+        return pause
+
+    @torch.inference_mode()
+    def _prefill(self, request: _Request) -> None:
+        """Run the prompt into the next free cache slot and sample the first token."""
+        slot = len(self._queues.running)
+        ids = torch.tensor([request.prompt_ids], device=self.device)
+        self.cache.begin(slice(slot, slot + 1), torch.zeros(1, dtype=torch.long), ids.shape[1])
+        out = self.model(ids, kv_cache=self.cache, return_routed_experts=self.config.is_moe)
+        request.length = len(request.prompt_ids)
+        if out.routed_experts is not None:
+            request.out.prompt_routed_experts = out.routed_experts[0].tolist()
+        self._record_samples([request], out.logits[:, -1])
+
+    @torch.inference_mode()
+    def _decode_step(self) -> None:
+        """Feed every running request's last token through the model; sample the next."""
+        running = self._queues.running
+        last = [r.out.token_ids[-1] for r in running]
+        ids = torch.tensor(last, device=self.device)[:, None]
+        starts = torch.tensor([r.length for r in running], device=self.device)
+        self.cache.begin(slice(0, len(running)), starts, 1)
+        out = self.model(ids, kv_cache=self.cache, return_routed_experts=self.config.is_moe)
+        for i, request in enumerate(running):
+            request.length += 1
+            if out.routed_experts is not None:
+                request.out.routed_experts.append(out.routed_experts[i, 0].tolist())
+        sampling = [i for i, r in enumerate(running) if not r.finished]
+        self._record_samples([running[i] for i in sampling], out.logits[sampling, -1])
+        self.stats.decode_steps += 1
+
+    def _record_samples(self, requests: list[_Request], logits: torch.Tensor) -> None:
+        if not requests:
+            return
+        tokens, logprobs, top = sample(
+            logits,
+            [r.params for r in requests],
+            [r.generator for r in requests],
+            self._shared_rng,
+        )
+        for request, token, logprob, top_i in zip(requests, tokens, logprobs, top, strict=True):
+            out = request.out
+            out.token_ids.append(token)
+            out.logprobs.append(logprob)
+            out.versions.append(self.version)
+            if out.top_logprobs is not None:
+                out.top_logprobs.append(top_i)
+            if token in request.params.stop_token_ids:
+                out.finish_reason = "stop"
+                request.finished = True
+            elif len(out.token_ids) >= request.max_new:
+                request.finished = True
+        self.stats.generated_tokens += len(requests)
+
+    def _retire(self) -> None:
+        """Resolve finished requests and keep the running ones packed in slots 0..B-1."""
+        running = self._queues.running
+        i = 0
+        while i < len(running):
+            request = running[i]
+            done = request.finished and not (self.config.is_moe and request.needs_input())
+            if not (done or request.future.done()):
+                i += 1
+                continue
+            if not request.future.done():
+                request.future.set_result(request.out)
+            last = len(running) - 1
+            if i != last:
+                self.cache.move(last, i)
+                running[i] = running[last]
+            running.pop()

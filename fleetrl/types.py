@@ -1,0 +1,63 @@
+"""Plain data structs that cross the seams between fleetrl's stages.
+
+Everything here is a dataclass of builtins (no tensors), so it pickles, serialises to JSON
+and travels between processes unchanged. Later stages (tasks, trajectories) add their
+structs here too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class SamplingParams:
+    """How the engine samples one completion.
+
+    Logprob convention: each returned logprob is the log-probability of the sampled token
+    under the exact distribution it was drawn from: logits divided by `temperature`, then
+    restricted by `top_k` / `top_p` and renormalised. With `top_k=0` and `top_p=1` (the RL
+    default) that is `log_softmax(logits / temperature)`, which the trainer recomputes.
+    `temperature=0` means greedy decoding; its logprobs are then reported at temperature 1.
+    """
+
+    temperature: float = 1.0  # 0 = greedy; otherwise logits are divided by it
+    top_p: float = 1.0  # nucleus mass kept, in (0, 1]; 1 = off
+    top_k: int = 0  # keep the k most likely tokens; 0 = off
+    max_tokens: int = 256  # generated tokens at most (stop tokens included)
+    stop_token_ids: list[int] = field(default_factory=list)  # generation ends after any of these
+    seed: int | None = None  # per-request RNG seed: same seed, same tokens
+    top_logprobs: int = 0  # also return this many most likely alternatives per token
+
+    def validate(self) -> None:
+        """Raise ValueError naming the field when a value is out of range."""
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0, got {self.top_k}")
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        if not 0 <= self.top_logprobs <= 20:
+            raise ValueError(f"top_logprobs must be in [0, 20], got {self.top_logprobs}")
+
+
+@dataclass
+class Completion:
+    """One generated completion with everything RL training needs, per generated token.
+
+    All per-token lists have one entry per generated token, in order.
+    """
+
+    prompt_ids: list[int]  # the prompt exactly as given
+    token_ids: list[int]  # sampled token ids (a final stop token included)
+    logprobs: list[float]  # behaviour logprob of each sampled token (see SamplingParams)
+    versions: list[int]  # policy version of the weights that sampled each token
+    finish_reason: str  # "stop" (a stop token), "length" (max_tokens or context full)
+    # MoE only: experts each token was routed to as input, [token][moe_layer][top_k].
+    routed_experts: list[list[list[int]]] | None = None
+    # MoE only: the same for every prompt position, [prompt_pos][moe_layer][top_k].
+    prompt_routed_experts: list[list[list[int]]] | None = None
+    # With SamplingParams.top_logprobs > 0: per token, the most likely {token_id: logprob}.
+    top_logprobs: list[dict[int, float]] | None = None
