@@ -22,6 +22,7 @@ Not covered: paged attention, prefix caching, speculative decoding, tensor paral
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from dataclasses import dataclass, field
 
@@ -172,10 +173,8 @@ class Engine:
         """Stop the background loop; requests still queued fail with RuntimeError."""
         if self._loop_task is not None:
             self._loop_task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._loop_task
-            except asyncio.CancelledError:
-                pass
             self._loop_task = None
         self._fail_all(RuntimeError("engine closed"))
 

@@ -73,6 +73,7 @@ def sample(
     if n_top:
         values, ids = logprobs.topk(n_top, dim=-1)
         for i, p in enumerate(params):
-            pairs = zip(ids[i, : p.top_logprobs].tolist(), values[i, : p.top_logprobs].tolist())
+            n = p.top_logprobs
+            pairs = zip(ids[i, :n].tolist(), values[i, :n].tolist(), strict=True)
             top[i] = {t: v for t, v in pairs if v != float("-inf")}
     return tokens.tolist(), chosen.tolist(), top
