@@ -56,17 +56,21 @@ def sample(
     Returns token ids, their logprobs, and per row the requested top logprobs.
     """
     logprobs = sampling_logprobs(logits, params)
-    probs = logprobs.exp()
-    tokens = torch.empty(len(params), dtype=torch.long, device=logits.device)
+    # Inverse-CDF sampling: one uniform per row, from the row's own generator when it has
+    # one, so a seeded request draws the same tokens whatever else shares the batch.
+    uniform = torch.rand(len(params), generator=shared, device=logits.device)
+    for i, gen in enumerate(generators):
+        if gen is not None:
+            uniform[i] = torch.rand(1, generator=gen, device=logits.device)[0]
+    cdf = logprobs.exp().cumsum(dim=-1)
+    # Scaled by the total and kept strictly below it, so float rounding can never select
+    # a token of zero probability past the end of the support.
+    total = cdf[:, -1]
+    targets = torch.minimum(uniform * total, torch.nextafter(total, torch.zeros_like(total)))
+    tokens = torch.searchsorted(cdf, targets[:, None], right=True).squeeze(1)
     greedy = [i for i, p in enumerate(params) if p.temperature == 0]
     if greedy:
         tokens[greedy] = logits[greedy].argmax(dim=-1)
-    unseeded = [i for i, p in enumerate(params) if p.temperature > 0 and generators[i] is None]
-    if unseeded:
-        tokens[unseeded] = torch.multinomial(probs[unseeded], 1, generator=shared).squeeze(1)
-    for i, gen in enumerate(generators):
-        if gen is not None and params[i].temperature > 0:
-            tokens[i] = torch.multinomial(probs[i], 1, generator=gen)[0]
     chosen = logprobs.gather(-1, tokens[:, None]).squeeze(1)
     top: list[dict[int, float]] = [{} for _ in params]
     n_top = max(p.top_logprobs for p in params)
