@@ -1,0 +1,37 @@
+# Two commands on a fresh machine: `make demo` and `make test`. Both create .venv first.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: setup lint format test demo bench clean
+
+# torch is pinned to the CPU build that lies on local disk (a bare `torch` would pull CUDA).
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+lint: setup
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+format: setup
+	$(PY) -m ruff check --fix .
+	$(PY) -m ruff format .
+
+test: lint
+	$(PY) -m pytest -q
+
+demo: setup
+	bash scripts/demo.sh
+
+bench: setup
+	$(VENV)/bin/fleetrl bench engine
+
+clean:
+	rm -rf $(VENV) .cache .pytest_cache .ruff_cache

@@ -1,0 +1,160 @@
+"""The `fleetrl` command line. Each command parses its options, then imports what it needs.
+
+Errors a user can cause (a missing checkpoint, a bad option) end with a one-line message
+and exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+app = typer.Typer(
+    help="fleetrl: asynchronous RL for specialised coding-agent models.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+model_app = typer.Typer(help="Create and inspect policy checkpoints.", no_args_is_help=True)
+bench_app = typer.Typer(help="Measure fleetrl's parts (results as a table or --json).")
+app.add_typer(model_app, name="model")
+app.add_typer(bench_app, name="bench")
+
+
+def fail(message: str) -> typer.Exit:
+    """Print a one-line error and return the exit to raise (code 2: bad input)."""
+    typer.secho(f"error: {message}", err=True, fg=typer.colors.RED)
+    return typer.Exit(code=2)
+
+
+@model_app.command("init")
+def model_init(
+    out_dir: Annotated[Path, typer.Argument(help="Directory to write the checkpoint into.")],
+    moe: Annotated[bool, typer.Option("--moe", help="Qwen3-MoE variant instead of dense.")] = False,
+    layers: Annotated[int, typer.Option(help="Decoder layers.")] = 4,
+    hidden: Annotated[int, typer.Option(help="Hidden size.")] = 256,
+    heads: Annotated[int, typer.Option(help="Attention heads (head_dim = hidden / heads).")] = 4,
+    kv_heads: Annotated[int, typer.Option(help="Key/value heads (grouped-query attention).")] = 2,
+    experts: Annotated[int, typer.Option(help="Experts per MoE layer (with --moe).")] = 8,
+    seed: Annotated[int, typer.Option(help="Random seed of the weights.")] = 0,
+    force: Annotated[
+        bool, typer.Option("--force", help="Overwrite a non-empty directory.")
+    ] = False,
+) -> None:
+    """Write a small random Qwen3 model with the project tokenizer, in Hugging Face layout."""
+    if out_dir.exists() and any(out_dir.iterdir()) and not force:
+        raise fail(f"{out_dir} is not empty (use --force to overwrite)")
+    if hidden % heads or heads % kv_heads:
+        raise fail("--hidden must be divisible by --heads, and --heads by --kv-heads")
+    from fleetrl.model import ModelConfig, bundled_tokenizer, init_model, save_pretrained
+
+    tokenizer = bundled_tokenizer()
+    config = ModelConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=hidden,
+        intermediate_size=3 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        head_dim=hidden // heads,
+        num_experts=experts if moe else 0,
+        moe_intermediate_size=hidden,
+        eos_token_id=tokenizer.eos_id,
+    )
+    model = init_model(config, seed=seed)
+    save_pretrained(model, out_dir)
+    tokenizer.save(out_dir)
+    n_params = sum(p.numel() for p in model.parameters())
+    typer.echo(f"wrote {config.model_type} model ({n_params / 1e6:.2f} M parameters) to {out_dir}")
+
+
+@app.command()
+def serve(
+    checkpoint: Annotated[Path, typer.Argument(help="Hugging Face checkpoint directory.")],
+    host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
+    admin_token: Annotated[
+        str | None,
+        typer.Option(
+            envvar="FLEETRL_ADMIN_TOKEN",
+            help="Bearer token for POST /update_weights; without one, updates are refused.",
+        ),
+    ] = None,
+    max_batch_size: Annotated[int, typer.Option(help="Requests decoded together.")] = 64,
+    max_model_len: Annotated[int, typer.Option(help="Context length (prompt + output).")] = 2048,
+    dtype: Annotated[str, typer.Option(help="float32, bfloat16, float16 or auto.")] = "auto",
+    threads: Annotated[int, typer.Option(help="torch CPU threads (0: torch's default).")] = 0,
+) -> None:
+    """Serve a checkpoint: OpenAI-compatible API, token-level /generate, weight updates."""
+    if not (checkpoint / "config.json").is_file():
+        raise fail(f"{checkpoint} is not a checkpoint directory (no config.json)")
+    if dtype not in ("auto", "float32", "bfloat16", "float16"):
+        raise fail(f"--dtype must be auto, float32, bfloat16 or float16, not {dtype!r}")
+    from fleetrl.inference.server import serve as run_server
+    from fleetrl.model import CheckpointError
+
+    try:
+        run_server(
+            checkpoint,
+            host=host,
+            port=port,
+            admin_token=admin_token,
+            max_batch_size=max_batch_size,
+            max_model_len=max_model_len,
+            dtype=dtype,
+            threads=threads,
+        )
+    except (CheckpointError, FileNotFoundError) as err:
+        raise fail(str(err)) from None
+
+
+@bench_app.command("engine")
+def bench_engine(
+    requests: Annotated[int, typer.Option(help="Requests in the workload.")] = 64,
+    min_tokens: Annotated[int, typer.Option(help="Shortest max_tokens.")] = 16,
+    max_tokens: Annotated[int, typer.Option(help="Longest max_tokens.")] = 256,
+    batch_size: Annotated[int, typer.Option(help="Engine slots = transformers batch.")] = 32,
+    threads: Annotated[int, typer.Option(help="torch CPU threads.")] = 2,
+    seed: Annotated[int, typer.Option(help="Workload seed.")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
+) -> None:
+    """Useful tokens/s of the engine vs transformers `generate`, same weights, one run."""
+    if not 1 <= min_tokens <= max_tokens:
+        raise fail("need 1 <= --min-tokens <= --max-tokens")
+    from fleetrl.inference.bench import EngineBenchConfig, run_engine_bench
+
+    config = EngineBenchConfig(
+        requests=requests,
+        min_tokens=min_tokens,
+        max_tokens=max_tokens,
+        batch_size=batch_size,
+        threads=threads,
+        seed=seed,
+    )
+    result = run_engine_bench(config, progress=not as_json)
+    if as_json:
+        typer.echo(json.dumps(result, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"engine benchmark ({requests} requests, {threads} threads)")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for key, value in result.items():
+        table.add_row(key, f"{value:.3f}" if isinstance(value, float) else str(value))
+    Console().print(table)
+
+
+def main() -> None:
+    """Entry point for `python -m fleetrl.cli`."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,196 @@
+"""`fleetrl bench engine`: useful tokens/s of the Engine vs transformers `generate`.
+
+Workload: N requests with random prompts and max_tokens spread uniformly over
+[min_tokens, max_tokens], no stop tokens, temperature 1 (top-k/top-p off) — the shape of
+RL rollouts, whose lengths are unknown ahead. Both sides run the same weights in the same
+process, one after the other, with the same thread count:
+
+- engine: all requests submitted at once to an Engine with `batch_size` slots;
+  requests join and leave the batch between decode steps (continuous batching).
+- transformers: the requests in arrival order, in static batches of `batch_size`,
+  left-padded; each batch runs until its longest request is done.
+
+Each side first runs a short warm-up (first calls into torch are slow), then the two
+alternate for `rounds` rounds; the figures are medians over the rounds, which keeps the
+ratio honest on a noisy shared machine.
+
+"Useful" tokens are those the requests asked for; tokens a static batch generates past a
+request's own max_tokens count as time spent but not as output.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import statistics
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+from rich.progress import Progress
+
+from fleetrl.inference.engine import Engine
+from fleetrl.model.checkpoint import init_model, save_pretrained
+from fleetrl.model.config import ModelConfig
+from fleetrl.types import SamplingParams
+
+
+@dataclass
+class EngineBenchConfig:
+    """Workload and model of the engine benchmark."""
+
+    requests: int = 64
+    min_tokens: int = 16  # smallest max_tokens of a request
+    max_tokens: int = 256  # largest max_tokens of a request
+    min_prompt: int = 16  # prompt length range, tokens
+    max_prompt: int = 64
+    batch_size: int = 64  # engine slots; transformers static batch size
+    threads: int = 2
+    rounds: int = 3  # alternating timed runs of each side; medians reported
+    seed: int = 0
+    # The small model: Qwen3 layout, ~3.5 M parameters.
+    vocab_size: int = 1024
+    hidden_size: int = 256
+    num_hidden_layers: int = 4
+
+
+@dataclass
+class Workload:
+    prompts: list[list[int]]
+    max_tokens: list[int]
+
+
+def make_workload(config: EngineBenchConfig) -> Workload:
+    """Deterministic random prompts and output lengths."""
+    rng = random.Random(config.seed)
+    prompts = [
+        [
+            rng.randrange(config.vocab_size)
+            for _ in range(rng.randint(config.min_prompt, config.max_prompt))
+        ]
+        for _ in range(config.requests)
+    ]
+    lengths = [rng.randint(config.min_tokens, config.max_tokens) for _ in range(config.requests)]
+    return Workload(prompts, lengths)
+
+
+def run_engine(
+    model: torch.nn.Module, work: Workload, config: EngineBenchConfig, progress: Progress | None
+) -> float:
+    """Seconds for the Engine to finish the workload."""
+    task = progress.add_task("engine", total=len(work.prompts)) if progress else None
+
+    async def one(engine: Engine, prompt: list[int], n: int, seed: int) -> None:
+        params = SamplingParams(temperature=1.0, max_tokens=n, seed=seed)
+        completion = await engine.generate(prompt, params)
+        assert len(completion.token_ids) == n
+        if progress is not None and task is not None:
+            progress.advance(task)
+
+    async def main() -> float:
+        engine = Engine(
+            model,
+            max_batch_size=config.batch_size,
+            max_model_len=config.max_prompt + config.max_tokens + 1,
+        )
+        start = time.perf_counter()
+        await asyncio.gather(
+            *(
+                one(engine, p, n, i)
+                for i, (p, n) in enumerate(zip(work.prompts, work.max_tokens, strict=True))
+            )
+        )
+        elapsed = time.perf_counter() - start
+        await engine.close()
+        return elapsed
+
+    return asyncio.run(main())
+
+
+def load_transformers(checkpoint: str) -> torch.nn.Module:
+    """The reference implementation of the same checkpoint, set to never stop early."""
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging
+
+    logging.disable_progress_bar()
+    model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32).eval()
+    model.generation_config.eos_token_id = None
+    model.generation_config.pad_token_id = 0
+    return model
+
+
+def run_transformers(
+    model: torch.nn.Module, work: Workload, config: EngineBenchConfig, progress: Progress | None
+) -> float:
+    """Seconds for transformers' `generate` to finish the workload in static batches."""
+    batches = range(0, len(work.prompts), config.batch_size)
+    task = progress.add_task("transformers", total=len(work.prompts)) if progress else None
+    torch.manual_seed(config.seed)
+    start = time.perf_counter()
+    for first in batches:
+        prompts = work.prompts[first : first + config.batch_size]
+        new_tokens = max(work.max_tokens[first : first + config.batch_size])
+        width = max(len(p) for p in prompts)
+        ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts])
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+        with torch.inference_mode():
+            out = model.generate(
+                input_ids=ids,
+                attention_mask=mask,
+                do_sample=True,
+                temperature=1.0,
+                top_k=0,
+                top_p=1.0,
+                max_new_tokens=new_tokens,
+                min_new_tokens=new_tokens,
+            )
+        assert out.shape[1] == width + new_tokens
+        if progress is not None and task is not None:
+            progress.advance(task, len(prompts))
+    return time.perf_counter() - start
+
+
+def run_engine_bench(
+    config: EngineBenchConfig, progress: bool = True
+) -> dict[str, float | int | str]:
+    """Run both sides on one model and workload; return the figures (JSON-ready)."""
+    torch.set_num_threads(config.threads)
+    hidden = config.hidden_size
+    model_config = ModelConfig(
+        vocab_size=config.vocab_size,
+        hidden_size=hidden,
+        intermediate_size=3 * hidden,
+        num_hidden_layers=config.num_hidden_layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=hidden // 4,
+    )
+    model = init_model(model_config, seed=config.seed)
+    work = make_workload(config)
+    warmup = Workload(work.prompts[:4], [8] * min(4, len(work.prompts)))
+    useful = sum(work.max_tokens)
+    engine_runs: list[float] = []
+    hf_runs: list[float] = []
+    with (
+        tempfile.TemporaryDirectory() as checkpoint,
+        Progress(disable=not progress, transient=True) as bar,
+    ):
+        save_pretrained(model, checkpoint)
+        hf_model = load_transformers(checkpoint)
+        run_engine(model, warmup, config, None)
+        run_transformers(hf_model, warmup, config, None)
+        for _ in range(config.rounds):
+            engine_runs.append(run_engine(model, work, config, bar if progress else None))
+            hf_runs.append(run_transformers(hf_model, work, config, bar if progress else None))
+    engine_s, hf_s = statistics.median(engine_runs), statistics.median(hf_runs)
+    return {
+        **{f"config_{k}": v for k, v in asdict(config).items()},
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "useful_tokens": useful,
+        "engine_s": engine_s,
+        "transformers_s": hf_s,
+        "engine_tokens_per_s": useful / engine_s,
+        "transformers_tokens_per_s": useful / hf_s,
+        "speedup_vs_transformers": hf_s / engine_s,
+    }
