@@ -10,6 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
+class InvalidRequest(ValueError):
+    """A request's own input is wrong (a 4xx), as opposed to a failure while serving it."""
+
+
 @dataclass
 class SamplingParams:
     """How the engine samples one completion.
@@ -30,17 +34,19 @@ class SamplingParams:
     top_logprobs: int = 0  # also return this many most likely alternatives per token
 
     def validate(self) -> None:
-        """Raise ValueError naming the field when a value is out of range."""
+        """Raise InvalidRequest naming the field when a value is out of range."""
         if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+            raise InvalidRequest(f"temperature must be >= 0, got {self.temperature}")
         if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+            raise InvalidRequest(f"top_p must be in (0, 1], got {self.top_p}")
         if self.top_k < 0:
-            raise ValueError(f"top_k must be >= 0, got {self.top_k}")
+            raise InvalidRequest(f"top_k must be >= 0, got {self.top_k}")
         if self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+            raise InvalidRequest(f"max_tokens must be >= 1, got {self.max_tokens}")
         if not 0 <= self.top_logprobs <= 20:
-            raise ValueError(f"top_logprobs must be in [0, 20], got {self.top_logprobs}")
+            raise InvalidRequest(f"top_logprobs must be in [0, 20], got {self.top_logprobs}")
+        if self.seed is not None and not 0 <= self.seed < 2**63:
+            raise InvalidRequest(f"seed must be in [0, 2**63), got {self.seed}")
 
 
 @dataclass

@@ -35,7 +35,7 @@ import torch
 from fleetrl.inference.sampling import sample
 from fleetrl.model.kv_cache import KVCache
 from fleetrl.model.qwen3 import Qwen3
-from fleetrl.types import Completion, SamplingParams
+from fleetrl.types import Completion, InvalidRequest, SamplingParams
 
 
 @dataclass
@@ -120,20 +120,20 @@ class Engine:
     async def generate(
         self, prompt_ids: list[int], params: SamplingParams | None = None
     ) -> Completion:
-        """Generate one completion of `prompt_ids`; raises ValueError for bad input."""
+        """Generate one completion of `prompt_ids`; raises InvalidRequest for bad input."""
         params = params or SamplingParams()
         params.validate()
         prompt_ids = list(prompt_ids)
         if not prompt_ids:
-            raise ValueError("prompt_ids is empty")
+            raise InvalidRequest("prompt_ids is empty")
         if len(prompt_ids) >= self.max_model_len:
-            raise ValueError(
+            raise InvalidRequest(
                 f"prompt of {len(prompt_ids)} tokens leaves no room in the context of "
                 f"{self.max_model_len} tokens"
             )
         vocab = self.config.vocab_size
         if min(prompt_ids) < 0 or max(prompt_ids) >= vocab:
-            raise ValueError(f"prompt_ids must be token ids in [0, {vocab})")
+            raise InvalidRequest(f"prompt_ids must be token ids in [0, {vocab})")
         generator = None
         if params.seed is not None:
             generator = torch.Generator(device=self.device).manual_seed(params.seed)
@@ -162,14 +162,16 @@ class Engine:
         """Load new weights between two decode steps; returns the decoding pause in seconds.
 
         `state_dict` may hold a subset of the parameters (only what changed). Unknown names
-        or wrong shapes raise ValueError and nothing is changed.
+        or wrong shapes raise InvalidRequest and nothing is changed.
         """
         own = self.model.state_dict()
         for name, tensor in state_dict.items():
             if name not in own:
-                raise ValueError(f"unknown parameter {name!r}")
+                raise InvalidRequest(f"unknown parameter {name!r}")
             if tuple(tensor.shape) != tuple(own[name].shape):
-                raise ValueError(f"{name}: shape {tuple(tensor.shape)} != {tuple(own[name].shape)}")
+                raise InvalidRequest(
+                    f"{name}: shape {tuple(tensor.shape)} != {tuple(own[name].shape)}"
+                )
         future: asyncio.Future[float] = asyncio.get_running_loop().create_future()
         self._queues.updates.append(_WeightUpdate(state_dict, version, future))
         self._ensure_loop()

@@ -1,0 +1,121 @@
+"""The policy network against the transformers reference, checkpoints, and router replay."""
+
+import json
+
+import pytest
+import torch
+import transformers
+
+from fleetrl.model import CheckpointError, ModelConfig, init_model, load_pretrained, save_pretrained
+
+torch.set_num_threads(1)
+
+
+def tiny_config(moe: bool, tied: bool = True) -> ModelConfig:
+    return ModelConfig(
+        vocab_size=300,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        num_experts=8 if moe else 0,
+        num_experts_per_tok=2,
+        moe_intermediate_size=32,
+        mlp_only_layers=[1] if moe else [],
+        tie_word_embeddings=tied,
+        initializer_range=0.1,  # larger than default so the logits differ visibly
+    )
+
+
+def reference_class(moe: bool) -> type:
+    return transformers.Qwen3MoeForCausalLM if moe else transformers.Qwen3ForCausalLM
+
+
+@pytest.mark.parametrize("moe", [False, True], ids=["dense", "moe"])
+@pytest.mark.parametrize("tied", [True, False], ids=["tied", "untied"])
+def test_logits_match_transformers_both_ways(tmp_path, moe, tied):
+    ours = init_model(tiny_config(moe, tied), seed=1)
+    save_pretrained(ours, tmp_path / "ours")
+    ref = reference_class(moe).from_pretrained(tmp_path / "ours", dtype=torch.float32).eval()
+    ids = torch.randint(0, 300, (2, 23), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        expected = ref(ids).logits
+        assert (ours(ids).logits - expected).abs().max().item() < 1e-4
+        # And back: a checkpoint that transformers wrote loads into fleetrl.
+        ref.save_pretrained(tmp_path / "theirs")
+        again = load_pretrained(tmp_path / "theirs")
+        assert (again(ids).logits - expected).abs().max().item() < 1e-4
+
+
+def test_sharded_checkpoint_round_trip(tmp_path):
+    model = init_model(tiny_config(moe=True), seed=2)
+    save_pretrained(model, tmp_path, max_shard_bytes=50_000)
+    index = json.loads((tmp_path / "model.safetensors.index.json").read_text())
+    assert len(set(index["weight_map"].values())) > 1
+    assert not (tmp_path / "model.safetensors").exists()
+    loaded = load_pretrained(tmp_path)
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(tensor, loaded.state_dict()[name]), name
+
+
+def test_load_in_bfloat16(tmp_path):
+    save_pretrained(init_model(tiny_config(moe=False)), tmp_path)
+    model = load_pretrained(tmp_path, dtype=torch.bfloat16)
+    assert all(p.dtype == torch.bfloat16 for p in model.parameters())
+    assert model(torch.tensor([[1, 2, 3]])).logits.dtype == torch.bfloat16
+
+
+def test_bad_checkpoints_give_clear_errors(tmp_path):
+    with pytest.raises(CheckpointError, match=r"no config\.json"):
+        load_pretrained(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    with pytest.raises(CheckpointError, match="unsupported model_type 'llama'"):
+        load_pretrained(tmp_path)
+    save_pretrained(init_model(tiny_config(moe=False)), tmp_path)
+    (tmp_path / "model.safetensors").unlink()
+    with pytest.raises(CheckpointError, match=r"model\.safetensors"):
+        load_pretrained(tmp_path)
+    # Weights that do not fit the config name the offending tensors.
+    save_pretrained(init_model(tiny_config(moe=True)), tmp_path / "moe")
+    config = json.loads((tmp_path / "moe" / "config.json").read_text())
+    config["num_hidden_layers"] = 4
+    (tmp_path / "moe" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match=r"missing \['model\.layers\.3"):
+        load_pretrained(tmp_path / "moe")
+
+
+def test_routed_experts_shape_and_dense_layers():
+    model = init_model(tiny_config(moe=True), seed=3)
+    assert model.config.moe_layers == [0, 2]  # layer 1 is forced dense
+    out = model(torch.randint(0, 300, (2, 5)), return_routed_experts=True)
+    assert out.routed_experts.shape == (2, 5, 2, 2)
+    assert out.routed_experts.min() >= 0 and out.routed_experts.max() < 8
+    # Dense model and no request: nothing returned.
+    assert model(torch.tensor([[1]])).routed_experts is None
+
+
+def test_router_replay_reproduces_and_overrides_routing():
+    model = init_model(tiny_config(moe=True), seed=4)
+    ids = torch.randint(0, 300, (2, 9), generator=torch.Generator().manual_seed(1))
+    natural = model(ids, return_routed_experts=True)
+    # Replaying the experts the model chose itself changes nothing.
+    replayed = model(ids, routed_experts=natural.routed_experts, return_routed_experts=True)
+    assert torch.equal(replayed.routed_experts, natural.routed_experts)
+    assert torch.allclose(replayed.logits, natural.logits, atol=1e-6)
+    # Forcing other experts is obeyed and changes the output.
+    forced = (natural.routed_experts + 1) % 8
+    other = model(ids, routed_experts=forced, return_routed_experts=True)
+    assert torch.equal(other.routed_experts, forced)
+    assert (other.logits - natural.logits).abs().max() > 1e-3
+
+
+def test_router_replay_gate_weights_come_from_current_router():
+    model = init_model(tiny_config(moe=True), seed=5)
+    ids = torch.randint(0, 300, (1, 6))
+    routed = model(ids, return_routed_experts=True).routed_experts
+    loss = model(ids, routed_experts=routed).logits.logsumexp(-1).sum()
+    loss.backward()
+    router = model.model.layers[0].mlp.gate.weight
+    assert router.grad is not None and router.grad.abs().sum() > 0
