@@ -7,7 +7,8 @@ STAMP := $(VENV)/.installed
 .PHONY: setup lint format test demo bench clean
 
 # torch is pinned to the CPU build that lies on local disk (a bare `torch` would pull CUDA).
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml scripts/setup-system.sh
+	bash scripts/setup-system.sh
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0

@@ -1,0 +1,1 @@
+"""Production-like coding environments: sandboxes, tasks, the agent harness and the verifier."""
