@@ -117,14 +117,17 @@ def bench_engine(
     requests: Annotated[int, typer.Option(help="Requests in the workload.")] = 64,
     min_tokens: Annotated[int, typer.Option(help="Shortest max_tokens.")] = 16,
     max_tokens: Annotated[int, typer.Option(help="Longest max_tokens.")] = 256,
-    batch_size: Annotated[int, typer.Option(help="Engine slots = transformers batch.")] = 32,
+    batch_size: Annotated[int, typer.Option(help="Engine slots = transformers batch.")] = 64,
     threads: Annotated[int, typer.Option(help="torch CPU threads.")] = 2,
+    rounds: Annotated[int, typer.Option(help="Alternating timed runs; medians reported.")] = 3,
     seed: Annotated[int, typer.Option(help="Workload seed.")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
 ) -> None:
     """Useful tokens/s of the engine vs transformers `generate`, same weights, one run."""
     if not 1 <= min_tokens <= max_tokens:
         raise fail("need 1 <= --min-tokens <= --max-tokens")
+    if min(requests, batch_size, threads, rounds) < 1:
+        raise fail("--requests, --batch-size, --threads and --rounds must be >= 1")
     from fleetrl.inference.bench import EngineBenchConfig, run_engine_bench
 
     config = EngineBenchConfig(
@@ -133,6 +136,7 @@ def bench_engine(
         max_tokens=max_tokens,
         batch_size=batch_size,
         threads=threads,
+        rounds=rounds,
         seed=seed,
     )
     result = run_engine_bench(config, progress=not as_json)

@@ -1,0 +1,92 @@
+"""The command line: its surface, its outputs, and clean errors for user mistakes."""
+
+import json
+import subprocess
+import sys
+
+import torch
+import transformers
+from typer.testing import CliRunner
+
+from fleetrl.cli import app
+from fleetrl.model import bundled_tokenizer, load_pretrained
+
+runner = CliRunner()
+
+
+def command_names(typer_app) -> set[str]:
+    import typer.main
+
+    group = typer.main.get_command(typer_app)
+    return set(group.commands)
+
+
+def test_cli_surface_is_frozen():
+    # Adding a command is a deliberate act: update this list and the README together.
+    assert command_names(app) == {"model", "serve", "bench"}
+    result = runner.invoke(app, ["model", "--help"])
+    assert result.exit_code == 0 and "init" in result.output
+    result = runner.invoke(app, ["bench", "--help"])
+    assert result.exit_code == 0 and "engine" in result.output
+
+
+def test_installed_entry_point_prints_help():
+    out = subprocess.run(
+        [sys.executable, "-m", "fleetrl.cli", "--help"], capture_output=True, text=True
+    )
+    assert out.returncode == 0
+    for name in ("model", "serve", "bench"):
+        assert name in out.stdout
+
+
+def test_model_init_writes_a_checkpoint_transformers_loads(tmp_path):
+    out = tmp_path / "tiny"
+    result = runner.invoke(app, ["model", "init", str(out), "--layers", "2", "--hidden", "64"])
+    assert result.exit_code == 0, result.output
+    ours = load_pretrained(out)
+    ref = transformers.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
+    hf_tokenizer = transformers.AutoTokenizer.from_pretrained(out)
+    text = "def f(x):\n    return x + 1\n"
+    ids = bundled_tokenizer().encode(text)
+    assert hf_tokenizer(text)["input_ids"] == ids
+    with torch.no_grad():
+        diff = (ours(torch.tensor([ids])).logits - ref(torch.tensor([ids])).logits).abs().max()
+    assert diff < 1e-4
+    assert ours.config.eos_token_id == bundled_tokenizer().eos_id
+
+
+def test_model_init_moe_and_refusals(tmp_path):
+    out = tmp_path / "moe"
+    result = runner.invoke(
+        app, ["model", "init", str(out), "--moe", "--layers", "1", "--hidden", "64"]
+    )
+    assert result.exit_code == 0, result.output
+    assert load_pretrained(out).config.is_moe
+    again = runner.invoke(app, ["model", "init", str(out)])
+    assert again.exit_code == 2 and "not empty" in again.output
+    assert "Traceback" not in again.output
+    bad = runner.invoke(app, ["model", "init", str(tmp_path / "x"), "--hidden", "65"])
+    assert bad.exit_code == 2 and "divisible" in bad.output
+
+
+def test_serve_rejects_a_directory_that_is_not_a_checkpoint(tmp_path):
+    result = runner.invoke(app, ["serve", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "not a checkpoint directory" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_bench_engine_smoke_json():
+    result = runner.invoke(
+        app,
+        [
+            "bench", "engine", "--json", "--requests", "3", "--min-tokens", "2",
+            "--max-tokens", "6", "--rounds", "1", "--threads", "1",
+        ],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    figures = json.loads(result.output)
+    assert figures["useful_tokens"] >= 6
+    assert figures["speedup_vs_transformers"] > 0
+    bad = runner.invoke(app, ["bench", "engine", "--min-tokens", "9", "--max-tokens", "3"])
+    assert bad.exit_code == 2
