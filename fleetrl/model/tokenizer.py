@@ -13,6 +13,7 @@ come from the running interpreter, so the asset records the Python version it wa
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import json
@@ -173,6 +174,32 @@ class Tokenizer:
         """Token string of an id, or None if the id is out of range."""
         return self.backend.id_to_token(token_id)
 
+    def token_bytes(self, token_id: int) -> bytes:
+        """The exact UTF-8 bytes that token `token_id` contributes to decoded text.
+
+        Text has to line up with tokens wherever one reports per-token text (logprobs,
+        offsets, cutting at stop strings), and a byte-level token can hold just part of a
+        multi-byte character, so its bytes need not be valid UTF-8 on their own. Joining the
+        bytes of a sequence and decoding them gives `decode` of that sequence. A special token
+        gives its text; an id the tokenizer lacks (e.g. a model's padding rows past the
+        vocabulary) gives b"", as `decode` skips it.
+        """
+        return self._bytes_by_id.get(token_id, b"")
+
+    @functools.cached_property
+    def _bytes_by_id(self) -> dict[int, bytes]:
+        """`token_bytes` of every id, built on first use (Qwen has ~150k ids)."""
+        byte_of = _byte_level_alphabet()
+        table: dict[int, bytes] = {}
+        for token, token_id in self.backend.get_vocab(with_added_tokens=False).items():
+            if all(char in byte_of for char in token):
+                table[token_id] = bytes(byte_of[char] for char in token)
+            else:  # not a byte-level vocabulary: the token's decoded text
+                table[token_id] = self.decode([token_id]).encode()
+        for token_id, added in self.backend.get_added_tokens_decoder().items():
+            table[token_id] = added.content.encode()
+        return table
+
     def _required_id(self, token: str) -> int:
         """Id of a token the chat format needs, with a clear error if the vocabulary lacks it."""
         token_id = self.token_to_id(token)
@@ -216,6 +243,20 @@ class Tokenizer:
         }
         text = json.dumps(config, indent=2, ensure_ascii=False) + "\n"
         (directory / "tokenizer_config.json").write_text(text, encoding="utf-8")
+
+
+def _byte_level_alphabet() -> dict[str, int]:
+    """The byte each character of a byte-level BPE vocabulary stands for (GPT-2's mapping).
+
+    Printable Latin-1 bytes stand for themselves; the other 68 bytes are shifted to chr(256)
+    onwards, in byte order, so that every token is spelled in printable characters.
+    """
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1)]
+    printable += range(ord("®"), ord("ÿ") + 1)
+    others = [byte for byte in range(256) if byte not in printable]
+    alphabet = {chr(byte): byte for byte in printable}
+    alphabet.update({chr(256 + i): byte for i, byte in enumerate(others)})
+    return alphabet
 
 
 def train_tokenizer(texts: Iterable[str], vocab_size: int = 1024) -> Tokenizer:

@@ -20,10 +20,10 @@ import pytest
 import safetensors.torch
 import torch
 import uvicorn
-from openai.types.chat.chat_completion import Choice as OpenAIChatChoice
 
+from fleetrl.inference import engine as engine_module
 from fleetrl.inference.engine import Engine
-from fleetrl.inference.server import Detokenizer, chat_choice, create_app
+from fleetrl.inference.server import create_app
 from fleetrl.model import (
     Message,
     ModelConfig,
@@ -35,7 +35,7 @@ from fleetrl.model import (
     load_pretrained,
     save_pretrained,
 )
-from fleetrl.types import Completion
+from fleetrl.types import Completion, InvalidRequest
 
 ADMIN_TOKEN = "s3cret"
 MAX_MODEL_LEN = 1024
@@ -280,32 +280,6 @@ def test_chat_renders_tools_and_tool_history(dense: Served, tokenizer: Tokenizer
     assert reply.model_extra["prompt_token_ids"] == expected
 
 
-def test_chat_choice_turns_tool_call_text_into_openai_tool_calls(tokenizer: Tokenizer) -> None:
-    text = 'Let me look.\n<tool_call>\n{"name": "f", "arguments": {"a": 1}}\n</tool_call>'
-    ids = [*tokenizer.encode(text), tokenizer.eos_id]
-    completion = Completion(
-        prompt_ids=[1],
-        token_ids=ids,
-        logprobs=[-0.5] * len(ids),
-        versions=[3] * len(ids),
-        finish_reason="stop",
-    )
-    choice = chat_choice(Detokenizer(tokenizer), 0, completion, ["<|im_end|>"], top_logprobs=0)
-    parsed = OpenAIChatChoice.model_validate(choice)  # the openai client's own type
-    assert parsed.finish_reason == "tool_calls"
-    assert parsed.message.content == "Let me look."
-    [call] = parsed.message.tool_calls
-    assert call.type == "function" and call.id.startswith("call_")
-    assert call.function.name == "f" and json.loads(call.function.arguments) == {"a": 1}
-    assert choice["token_ids"] == ids and choice["versions"] == [3] * len(ids)
-    assert [e.logprob for e in parsed.logprobs.content] == [-0.5] * len(ids)
-
-    plain = Completion([1], ids[:3], [-1.0] * 3, [0] * 3, "length")
-    choice = chat_choice(Detokenizer(tokenizer), 0, plain, ["<|im_end|>"], top_logprobs=None)
-    assert choice["finish_reason"] == "length" and "tool_calls" not in choice["message"]
-    assert choice["message"]["content"] == tokenizer.decode(ids[:3])
-
-
 def test_completions_with_logprobs(dense: Served, tokenizer: Tokenizer) -> None:
     client = oai(dense)
     out = client.completions.create(
@@ -526,6 +500,49 @@ def test_engine_failure_is_a_json_500(dense: Served, monkeypatch: pytest.MonkeyP
     assert response.json()["error"]["type"] == "server_error"
     monkeypatch.undo()
     assert len(generate(dense, [1, 2], max_tokens=2)["token_ids"]) == 2
+
+
+def test_value_error_inside_a_decode_step_is_a_500(
+    dense: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Only InvalidRequest is the client's fault; any other ValueError is the server's.
+    real_sample = engine_module.sample
+    calls = 0
+
+    def sample_then_fail(*args: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls > 1:  # the prefill samples the first token; the first decode step fails
+            raise ValueError("probabilities contain nan")
+        return real_sample(*args)
+
+    monkeypatch.setattr(engine_module, "sample", sample_then_fail)
+    body = {"prompt_ids": [1, 2], "sampling": {"max_tokens": 4}}
+    response = httpx.post(f"{dense.url}/generate", json=body, timeout=60)
+    assert response.status_code == 500, response.text
+    error = response.json()["error"]
+    assert error["type"] == "server_error" and "ValueError" in error["message"]
+    assert calls == 2
+    monkeypatch.undo()
+    assert len(generate(dense, [1, 2], max_tokens=2)["token_ids"]) == 2
+
+
+def test_invalid_request_from_the_engine_is_a_400(
+    dense: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def refuse(*args: Any, **kwargs: Any) -> Completion:
+        raise InvalidRequest("this prompt is refused")
+
+    monkeypatch.setattr(dense.engine, "generate", refuse)
+    for path, body in [("/generate", {"prompt_ids": [1]}), ("/v1/completions", {"prompt": "a"})]:
+        error = assert_error(httpx.post(f"{dense.url}{path}", json=body), 400)
+        assert error["message"] == "this prompt is refused"
+
+
+def test_generate_seed_out_of_range_is_a_400_naming_seed(dense: Served) -> None:
+    body = {"prompt_ids": [1], "sampling": {"seed": 2**64}}
+    error = assert_error(httpx.post(f"{dense.url}/generate", json=body), 400)
+    assert "seed" in error["message"]
 
 
 # -- the command line --------------------------------------------------------------------

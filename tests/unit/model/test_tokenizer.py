@@ -71,6 +71,35 @@ def test_any_text_round_trips(tok, text):
     assert tok.decode(tok.encode(text)) == text
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(len(SPECIAL_TOKENS), 1023), max_size=24))
+def test_token_bytes_join_to_the_decoded_text(tok, ids):
+    # Random ids split characters anywhere; invalid UTF-8 is replaced the same way on both sides.
+    raw = b"".join(tok.token_bytes(i) for i in ids)
+    assert raw.decode("utf-8", errors="replace") == tok.decode(ids)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.text() | st.sampled_from(SPECIAL_TOKENS)).map("".join))
+def test_token_bytes_of_encoded_text_are_its_utf8(tok, text):
+    assert b"".join(tok.token_bytes(i) for i in tok.encode(text)) == text.encode()
+
+
+def test_token_bytes_of_a_split_character_are_its_parts(tok):
+    ids = tok.encode("𝔘")  # 4 UTF-8 bytes, rare enough to stay split into single bytes
+    parts = [tok.token_bytes(i) for i in ids]
+    assert len(parts) > 1 and b"".join(parts) == "𝔘".encode()
+    for part in parts:
+        with pytest.raises(UnicodeDecodeError):
+            part.decode("utf-8")
+
+
+def test_token_bytes_of_special_and_unknown_ids(tok):
+    specials = [tok.token_bytes(i) for i in range(len(SPECIAL_TOKENS))]
+    assert specials == [token.encode() for token in SPECIAL_TOKENS]
+    assert tok.token_bytes(tok.vocab_size) == b"" == tok.token_bytes(-1)  # decode skips them too
+
+
 def test_training_is_deterministic_and_keeps_special_tokens_whole():
     corpus = [
         "<|im_start|>user\nhello world 123<|im_end|>\n" * 20,
