@@ -33,7 +33,8 @@ from rich.progress import Progress
 from fleetrl.inference.engine import Engine
 from fleetrl.model.checkpoint import init_model, save_pretrained
 from fleetrl.model.config import ModelConfig
-from fleetrl.types import SamplingParams
+from fleetrl.model.qwen3 import Qwen3
+from fleetrl.types import Completion, SamplingParams
 
 
 @dataclass
@@ -75,37 +76,81 @@ def make_workload(config: EngineBenchConfig) -> Workload:
     return Workload(prompts, lengths)
 
 
-def run_engine(
-    model: torch.nn.Module, work: Workload, config: EngineBenchConfig, progress: Progress | None
-) -> float:
-    """Seconds for the Engine to finish the workload."""
-    task = progress.add_task("engine", total=len(work.prompts)) if progress else None
+@dataclass
+class EngineRun:
+    seconds: float  # wall time for the whole workload
+    completions: list[Completion]
+    swap_pause_s: float  # decoding pause of the weight swap made halfway through
+    steps: int  # engine steps (decode steps; prefills ride along in them)
 
-    async def one(engine: Engine, prompt: list[int], n: int, seed: int) -> None:
+
+def run_engine(
+    model: Qwen3, work: Workload, config: EngineBenchConfig, progress: Progress | None
+) -> EngineRun:
+    """Run the workload on an Engine; halfway through, swap in (identical) weights in flight.
+
+    The swap makes the run look like RL serving, where new versions arrive mid-generation,
+    and measures the decoding pause it costs.
+    """
+    task = progress.add_task("engine", total=len(work.prompts)) if progress else None
+    new_weights = {name: t.clone() for name, t in model.state_dict().items()}
+
+    async def one(engine: Engine, prompt: list[int], n: int, seed: int) -> Completion:
         params = SamplingParams(temperature=1.0, max_tokens=n, seed=seed)
         completion = await engine.generate(prompt, params)
         assert len(completion.token_ids) == n
         if progress is not None and task is not None:
             progress.advance(task)
+        return completion
 
-    async def main() -> float:
+    async def swap_halfway(engine: Engine) -> float:
+        while engine.stats.generated_tokens < sum(work.max_tokens) // 2:
+            await asyncio.sleep(0.001)
+        return await engine.update_weights(new_weights, version=1)
+
+    async def main() -> EngineRun:
         engine = Engine(
             model,
             max_batch_size=config.batch_size,
             max_model_len=config.max_prompt + config.max_tokens + 1,
         )
         start = time.perf_counter()
-        await asyncio.gather(
-            *(
-                one(engine, p, n, i)
-                for i, (p, n) in enumerate(zip(work.prompts, work.max_tokens, strict=True))
-            )
+        swap = asyncio.create_task(swap_halfway(engine))
+        pairs = zip(work.prompts, work.max_tokens, strict=True)
+        completions = await asyncio.gather(
+            *(one(engine, p, n, i) for i, (p, n) in enumerate(pairs))
         )
         elapsed = time.perf_counter() - start
+        pause = await swap
         await engine.close()
-        return elapsed
+        return EngineRun(elapsed, completions, pause, engine.stats.decode_steps)
 
     return asyncio.run(main())
+
+
+def logprob_mismatch(model: Qwen3, completions: list[Completion]) -> tuple[float, float]:
+    """Mean and max |engine logprob - teacher-forced logprob| over the completions' tokens."""
+    diffs = []
+    with torch.inference_mode():
+        for c in completions:
+            logits = model(torch.tensor([c.prompt_ids + c.token_ids])).logits[0].float()
+            logprobs = torch.log_softmax(logits[len(c.prompt_ids) - 1 : -1], dim=-1)
+            forced = logprobs.gather(-1, torch.tensor(c.token_ids)[:, None]).squeeze(1)
+            diffs.append((forced - torch.tensor(c.logprobs)).abs())
+    flat = torch.cat(diffs)
+    return flat.mean().item(), flat.max().item()
+
+
+def logits_parity(model: Qwen3, reference: torch.nn.Module, prompts: list[list[int]]) -> float:
+    """Max |logit difference| between fleetrl and transformers on the same prompts."""
+    with torch.inference_mode():
+        return max(
+            (model(torch.tensor([p])).logits - reference(torch.tensor([p])).logits)
+            .abs()
+            .max()
+            .item()
+            for p in prompts
+        )
 
 
 def load_transformers(checkpoint: str) -> torch.nn.Module:
@@ -170,7 +215,7 @@ def run_engine_bench(
     work = make_workload(config)
     warmup = Workload(work.prompts[:4], [8] * min(4, len(work.prompts)))
     useful = sum(work.max_tokens)
-    engine_runs: list[float] = []
+    engine_runs: list[EngineRun] = []
     hf_runs: list[float] = []
     with (
         tempfile.TemporaryDirectory() as checkpoint,
@@ -178,12 +223,15 @@ def run_engine_bench(
     ):
         save_pretrained(model, checkpoint)
         hf_model = load_transformers(checkpoint)
+        parity = logits_parity(model, hf_model, work.prompts[:4])
         run_engine(model, warmup, config, None)
         run_transformers(hf_model, warmup, config, None)
         for _ in range(config.rounds):
             engine_runs.append(run_engine(model, work, config, bar if progress else None))
             hf_runs.append(run_transformers(hf_model, work, config, bar if progress else None))
-    engine_s, hf_s = statistics.median(engine_runs), statistics.median(hf_runs)
+    engine_s = statistics.median(run.seconds for run in engine_runs)
+    hf_s = statistics.median(hf_runs)
+    mean_diff, max_diff = logprob_mismatch(model, engine_runs[-1].completions[:16])
     return {
         **{f"config_{k}": v for k, v in asdict(config).items()},
         "parameters": sum(p.numel() for p in model.parameters()),
@@ -193,4 +241,9 @@ def run_engine_bench(
         "engine_tokens_per_s": useful / engine_s,
         "transformers_tokens_per_s": useful / hf_s,
         "speedup_vs_transformers": hf_s / engine_s,
+        "weight_swap_pause_ms": 1000 * statistics.median(r.swap_pause_s for r in engine_runs),
+        "engine_mean_step_ms": 1000 * engine_s / engine_runs[-1].steps,
+        "logprob_mean_abs_diff": mean_diff,
+        "logprob_max_abs_diff": max_diff,
+        "logits_max_abs_diff_vs_transformers": parity,
     }
