@@ -150,7 +150,7 @@ def bench_engine(
     table.add_column("metric")
     table.add_column("value", justify="right")
     for key, value in result.items():
-        table.add_row(key, f"{value:.3f}" if isinstance(value, float) else str(value))
+        table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
     Console().print(table)
 
 

@@ -67,3 +67,33 @@ class Completion:
     prompt_routed_experts: list[list[list[int]]] | None = None
     # With SamplingParams.top_logprobs > 0: per token, the most likely {token_id: logprob}.
     top_logprobs: list[dict[int, float]] | None = None
+
+
+@dataclass
+class Task:
+    """One coding task in the SWE-bench schema, its repository a local git directory.
+
+    The repository at `repo` holds exactly one commit, `base_commit`: the bug in place and
+    every hidden test file removed. The agent starts from that tree and sees only
+    `problem_statement`; `patch` and `test_patch` stay with the verifier, which applies
+    the agent's diff, then `test_patch`, and rewards 1 iff every FAIL_TO_PASS test and
+    every PASS_TO_PASS test passes. `fleetrl.envs.tasks` loads, validates and checks
+    these records out.
+    """
+
+    instance_id: str  # unique id, e.g. "micro-train-0007" or "calc__operator_swap_1a2b3c4d"
+    # Absolute path of the task's git repository. Bundled suites materialise it on first
+    # use (fleetrl.envs.tasks.ensure_repo), so it may not exist until then.
+    repo: str
+    base_commit: str  # 40-hex sha of the repository's only commit: the agent's starting tree
+    problem_statement: str  # the issue text the agent is given
+    patch: str  # gold fix: unified diff against base_commit (hidden from the agent)
+    test_patch: str  # unified diff that re-adds the hidden test files (hidden from the agent)
+    FAIL_TO_PASS: list[str]  # pytest node ids failing at base_commit, passing with `patch`
+    PASS_TO_PASS: list[str]  # pytest node ids passing both before and after `patch`
+    suite: str = ""  # bundled suite that built it ("micro"); "" for generated or imported tasks
+    split: str = ""  # "train" or "heldout" in bundled suites; "" for generated tasks
+    test_files: list[str] = field(default_factory=list)  # repo-relative paths test_patch adds
+    language: str = "python"  # language of the repository's code and tests
+    kind: str = ""  # bug kind, e.g. "operator_swap" or "feature_deletion"; "" if unknown
+    origin: str = ""  # where the bug sits: micro template name, or "path.py::function"
