@@ -97,3 +97,36 @@ class Task:
     language: str = "python"  # language of the repository's code and tests
     kind: str = ""  # bug kind, e.g. "operator_swap" or "feature_deletion"; "" if unknown
     origin: str = ""  # where the bug sits: micro template name, or "path.py::function"
+
+
+@dataclass
+class Segment:
+    """One context window of an episode: exactly the tokens the model saw and produced.
+
+    All lists run over every position of `token_ids`. An episode without summarisation is
+    one segment; each self-summarisation starts a new one (a fresh context).
+    """
+
+    token_ids: list[int]  # prompt, sampled replies and tool results, in order
+    loss_mask: list[int]  # 1 where the policy sampled the token (trained on), 0 elsewhere
+    logprobs: list[float]  # behaviour logprob where loss_mask is 1, 0.0 elsewhere
+    versions: list[int]  # policy version that sampled the token; -1 where loss_mask is 0
+    # MoE only: experts per position as the engine last routed it, [pos][moe_layer][top_k].
+    routed_experts: list[list[list[int]]] | None = None
+
+
+@dataclass
+class Trajectory:
+    """One agent episode on one task, with its reward: the unit the trainer consumes."""
+
+    task_id: str  # Task.instance_id
+    segments: list[Segment]  # the episode's context windows, in order
+    reward: float  # from the verifier (0.0 until verified)
+    # "finish", "no_tool_call", "max_turns", "max_tokens", "context_full" or "wall_time"
+    finish_reason: str
+    turns: int  # assistant replies sampled
+    tool_calls: int  # tool calls executed (valid or not)
+    tool_errors: int  # malformed calls, unknown tools, bad arguments, failed tools
+    duration_s: float  # wall time of the episode, verification excluded
+    flags: list[str] = field(default_factory=list)  # verifier anti-cheat flags raised
+    group_id: str = ""  # samples of one task drawn together share it (group advantages)

@@ -1,6 +1,14 @@
 """The policy network (Qwen3 dense and MoE), its checkpoints, tokenizer and chat template."""
 
-from fleetrl.model.chat import Message, ParsedReply, ToolCall, encode_chat, parse_reply, render_chat
+from fleetrl.model.chat import (
+    Message,
+    ParsedReply,
+    ToolCall,
+    encode_chat,
+    encode_continuation,
+    parse_reply,
+    render_chat,
+)
 from fleetrl.model.checkpoint import CheckpointError, init_model, load_pretrained, save_pretrained
 from fleetrl.model.config import ModelConfig
 from fleetrl.model.kv_cache import KVCache
@@ -19,6 +27,7 @@ __all__ = [
     "ToolCall",
     "bundled_tokenizer",
     "encode_chat",
+    "encode_continuation",
     "init_model",
     "load_pretrained",
     "parse_reply",

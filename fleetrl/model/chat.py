@@ -240,6 +240,16 @@ def encode_chat(
     return ids
 
 
+def encode_continuation(tokenizer: Tokenizer, messages: list[Message]) -> list[int]:
+    """Ids that follow a sampled assistant reply (which ended at `<|im_end|>`): the newline
+    closing that turn, `messages` (tool results, user turns), and a new generation prompt.
+
+    Appending these to the sampled ids gives exactly `encode_chat` of the whole conversation,
+    without re-rendering the reply the model wrote (which may not be in canonical form).
+    """
+    return tokenizer.encode("\n") + encode_chat(tokenizer, messages, add_generation_prompt=True)
+
+
 def _parse_call(payload: str, number: int) -> ToolCall | str:
     """Parse the JSON between one pair of tool-call tags into a ToolCall, or an error message."""
     prefix = f"tool call {number}:"
