@@ -1,0 +1,165 @@
+"""One optimizer step on a batch of groups: the algorithm in one place.
+
+    groups of trajectories ─▶ group advantages (skip groups without signal)
+        ─▶ segments as padded sequences (inputs, targets, loss mask, behaviour logprobs,
+           replayed MoE experts)
+        ─▶ forward with router replay ─▶ logprobs of the exact sampled tokens
+           (π_prox = these, detached: one update per batch, so π_θ starts at π_prox)
+        ─▶ corrected policy loss ─▶ backward (micro-batches accumulate) ─▶ clip ─▶ AdamW
+
+The model trains in float32 (its own master weights); serving casts are made when a version
+is published. Shapes: B sequences, T positions.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from fleetrl.model.qwen3 import Qwen3
+from fleetrl.trainer.advantages import Estimator, group_advantages
+from fleetrl.trainer.loss import LossConfig, loss_normalizer, policy_loss
+from fleetrl.types import Segment, Trajectory
+
+
+@dataclass
+class StepConfig:
+    """How one batch becomes one optimizer step."""
+
+    loss: LossConfig = field(default_factory=LossConfig)
+    advantage: Estimator = "drgrpo"
+    micro_batch_size: int = 8  # sequences per forward/backward (memory, not math)
+    max_grad_norm: float = 1.0
+
+
+@dataclass
+class TrainSample:
+    """One segment to train on with the advantage of its trajectory."""
+
+    segment: Segment
+    advantage: float
+
+
+@dataclass
+class SequenceBatch:
+    """Padded training tensors for B segments."""
+
+    inputs: torch.Tensor  # [B, T] token ids fed to the model (segment[:-1], padded)
+    targets: torch.Tensor  # [B, T] the next token at each position (segment[1:])
+    mask: torch.Tensor  # [B, T] 1 where the target was sampled by the policy
+    behaviour: torch.Tensor  # [B, T] behaviour logprob of the target (0 where mask is 0)
+    advantages: torch.Tensor  # [B]
+    routed_experts: torch.Tensor | None  # [B, T, L_moe, k] engine routing of the inputs
+
+
+def samples_from_groups(
+    groups: list[list[Trajectory]], estimator: Estimator
+) -> tuple[list[TrainSample], int]:
+    """Advantages per group; returns the samples to train on and the groups skipped."""
+    samples: list[TrainSample] = []
+    skipped = 0
+    for group in groups:
+        rewards = torch.tensor([t.reward for t in group], dtype=torch.float32)
+        advantages, informative = group_advantages(rewards, estimator)
+        if not informative:
+            skipped += 1
+            continue
+        for trajectory, advantage in zip(group, advantages.tolist(), strict=True):
+            samples += [TrainSample(s, advantage) for s in trajectory.segments]
+    return samples, skipped
+
+
+def collate(samples: list[TrainSample], pad_id: int = 0) -> SequenceBatch:
+    """Right-pad the segments into one batch (pad positions carry mask 0)."""
+    width = max(len(s.segment.token_ids) for s in samples) - 1
+    B = len(samples)
+    inputs = torch.full((B, width), pad_id, dtype=torch.long)
+    targets = torch.full((B, width), pad_id, dtype=torch.long)
+    mask = torch.zeros(B, width)
+    behaviour = torch.zeros(B, width)
+    routed = None
+    first = samples[0].segment.routed_experts
+    if first is not None:
+        layers, k = len(first[0]), len(first[0][0])
+        routed = torch.zeros(B, width, layers, k, dtype=torch.long)
+    for b, sample in enumerate(samples):
+        seg = sample.segment
+        n = len(seg.token_ids) - 1
+        inputs[b, :n] = torch.tensor(seg.token_ids[:-1])
+        targets[b, :n] = torch.tensor(seg.token_ids[1:])
+        mask[b, :n] = torch.tensor(seg.loss_mask[1:], dtype=torch.float32)
+        behaviour[b, :n] = torch.tensor(seg.logprobs[1:])
+        if routed is not None:
+            if seg.routed_experts is None:
+                raise ValueError("an MoE batch needs routed experts on every segment")
+            routed[b, :n] = torch.tensor(seg.routed_experts[:-1])
+    advantages = torch.tensor([s.advantage for s in samples], dtype=torch.float32)
+    return SequenceBatch(inputs, targets, mask, behaviour, advantages, routed)
+
+
+def token_logprobs(
+    model: Qwen3, inputs: torch.Tensor, targets: torch.Tensor, routed: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """log π(target | prefix) [B, T] with the engine's routing replayed, and the entropy
+    of each position's distribution [B, T] (no gradient)."""
+    logits = model(inputs, routed_experts=routed).logits.float()
+    logprobs = torch.log_softmax(logits, dim=-1)
+    chosen = logprobs.gather(-1, targets[..., None]).squeeze(-1)
+    with torch.no_grad():
+        entropy = -(logprobs.exp() * logprobs).sum(-1)
+    return chosen, entropy
+
+
+def train_step(
+    model: Qwen3,
+    optimizer: torch.optim.Optimizer,
+    samples: list[TrainSample],
+    config: StepConfig,
+) -> dict[str, float]:
+    """One optimizer step over `samples`; returns the step's metrics."""
+    start = time.perf_counter()
+    model.train()
+    mask_total = sum(sum(s.segment.loss_mask[1:]) for s in samples)
+    normalizer = loss_normalizer(config.loss, len(samples), mask_total)
+    sums: dict[str, float] = {}
+    weights: dict[str, float] = {}
+    entropy_sum = 0.0
+    for first in range(0, len(samples), config.micro_batch_size):
+        micro = samples[first : first + config.micro_batch_size]
+        batch = collate(micro)
+        logprobs, entropy = token_logprobs(model, batch.inputs, batch.targets, batch.routed_experts)
+        out = policy_loss(
+            logprobs,
+            logprobs.detach(),
+            batch.behaviour,
+            batch.advantages,
+            batch.mask,
+            config.loss,
+            normalizer,
+        )
+        out.loss.backward()
+        tokens = float(batch.mask.sum())
+        entropy_sum += float((entropy * batch.mask).sum())
+        for name, value in out.metrics.items():
+            # Token-level statistics are averaged by tokens; counts are summed.
+            weight = 1.0 if name == "loss_tokens" else tokens
+            sums[name] = sums.get(name, 0.0) + value * weight
+            weights[name] = weights.get(name, 0.0) + (0.0 if name == "loss_tokens" else tokens)
+        sums["loss"] = sums.get("loss", 0.0) + out.loss.item()
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    model.eval()
+    metrics = {
+        name: sums[name] / weights[name] if weights.get(name) else sums[name] for name in sums
+    }
+    metrics.update(
+        grad_norm=float(grad_norm),
+        entropy=entropy_sum / max(mask_total, 1),
+        train_tokens=float(mask_total),
+        train_sequences=float(len(samples)),
+        step_s=time.perf_counter() - start,
+    )
+    return metrics
