@@ -1,0 +1,112 @@
+"""MetricsLogger and read_metrics: round trip, crash tolerance, resume, TensorBoard mirror."""
+
+import importlib.machinery
+import json
+import sys
+import types
+
+import numpy as np
+import pytest
+
+from fleetrl.observe.metrics import MetricsLogger, read_metrics
+
+
+def test_records_round_trip(tmp_path):
+    path = tmp_path / "run" / "metrics.jsonl"
+    with MetricsLogger(path, tensorboard=False) as logger:
+        logger.log("train", 1, {"reward": 0.5, "tokens": 12, "note": "ok", "hist": [3.0, 1.0]})
+        # numpy scalars and arrays are converted, not rejected.
+        logger.log("sync", 2, {"sync_bytes": np.int64(1000), "hist": np.array([1, 2])})
+    records = read_metrics(path)
+    assert [r["kind"] for r in records] == ["train", "sync"]
+    first, second = records
+    assert first["step"] == 1 and first["reward"] == 0.5 and first["tokens"] == 12
+    assert first["note"] == "ok" and first["hist"] == [3.0, 1.0]
+    assert second["sync_bytes"] == 1000 and second["hist"] == [1, 2]
+    assert 0 <= first["time"] <= second["time"]
+    assert first["wall"] > 1.6e9
+    # One JSON object per line, each line complete as soon as log() returns.
+    assert all(json.loads(line) for line in path.read_text().splitlines())
+
+
+def test_reserved_keys_rejected(tmp_path):
+    with (
+        MetricsLogger(tmp_path / "metrics.jsonl", tensorboard=False) as logger,
+        pytest.raises(ValueError, match="reserved"),
+    ):
+        logger.log("train", 0, {"step": 3})
+
+
+def test_truncated_last_line_tolerated(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    with MetricsLogger(path, tensorboard=False) as logger:
+        logger.log("train", 0, {"reward": 1.0})
+        logger.log("train", 1, {"reward": 0.0})
+    with open(path, "a") as f:
+        f.write('{"kind": "train", "step": 2, "rew')  # a crash mid-write
+    assert [r["step"] for r in read_metrics(path)] == [0, 1]
+
+
+def test_corrupt_middle_line_raises(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"kind": "train", "step": 0}\nnot json\n{"kind": "train", "step": 1}\n')
+    with pytest.raises(ValueError, match=":2:"):
+        read_metrics(path)
+
+
+def test_resume_continues_time_and_cuts_partial_line(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    with MetricsLogger(path, tensorboard=False) as logger:
+        logger.log("train", 0, {"reward": 1.0})
+    # Pretend the first process ran for an hour, then crashed mid-line.
+    record = json.loads(path.read_text())
+    record["time"] = 3600.0
+    path.write_text(json.dumps(record) + "\n" + '{"kind": "train", "st')
+    with MetricsLogger(path, tensorboard=False) as logger:
+        logger.log("train", 1, {"reward": 0.5})
+    lines = path.read_text().splitlines()
+    assert len(lines) == 2  # the partial line was cut, not merged with the new record
+    records = read_metrics(path)
+    assert records[1]["step"] == 1
+    assert 3600.0 <= records[1]["time"] < 3660.0
+
+
+def test_resume_of_empty_file(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.touch()
+    with MetricsLogger(path, tensorboard=False) as logger:
+        logger.log("eval", 0, {"pass_at_1": 0.25})
+    assert read_metrics(path)[0]["time"] < 60
+
+
+def test_tensorboard_mirror_when_installed(tmp_path, monkeypatch):
+    scalars = []
+
+    class FakeWriter:
+        def __init__(self, log_dir):
+            self.log_dir = log_dir
+
+        def add_scalar(self, tag, value, step, walltime):
+            scalars.append((tag, value, step))
+
+        def close(self):
+            scalars.append("closed")
+
+    # Stand-ins for the tensorboard package and torch's wrapper of it.
+    tensorboard = types.ModuleType("tensorboard")
+    tensorboard.__spec__ = importlib.machinery.ModuleSpec("tensorboard", None)
+    wrapper = types.ModuleType("torch.utils.tensorboard")
+    wrapper.SummaryWriter = FakeWriter
+    monkeypatch.setitem(sys.modules, "tensorboard", tensorboard)
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", wrapper)
+    with MetricsLogger(tmp_path / "metrics.jsonl") as logger:
+        logger.log("train", 3, {"reward": 0.5, "hist": [1, 2], "note": "x", "loss": float("nan")})
+    # Only finite scalars are mirrored; lists, strings and NaN are not.
+    assert scalars == [("train/reward", 0.5, 3), "closed"]
+
+
+def test_no_tensorboard_is_silent(tmp_path, monkeypatch):
+    monkeypatch.setattr("importlib.util.find_spec", lambda name: None)  # as if not installed
+    with MetricsLogger(tmp_path / "metrics.jsonl") as logger:
+        logger.log("train", 0, {"reward": 1.0})
+    assert not (tmp_path / "tensorboard").exists()

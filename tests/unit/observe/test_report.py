@@ -1,0 +1,142 @@
+"""write_report: renders from full, partial and empty runs into one self-contained page."""
+
+import json
+import math
+import random
+import re
+
+import pytest
+
+from fleetrl.observe.metrics import MetricsLogger
+from fleetrl.observe.report import SECTIONS, write_report
+
+pytest.importorskip("matplotlib")
+
+CONFIG = '[run]\nname = "demo"\nstore = "s3://bucket/runs/demo"  # <not html>\n'
+
+
+def make_run(run_dir, steps=200, seed=0):
+    """A synthetic run with every kind and key the report reads, plus config and evals."""
+    rng = random.Random(seed)
+    with MetricsLogger(run_dir / "metrics.jsonl", tensorboard=False) as logger:
+        for step in range(1, steps + 1):
+            progress = step / steps
+            pass_rate = min(1.0, max(0.0, 0.3 + 0.3 * progress + rng.gauss(0, 0.08)))
+            hist = [rng.randint(20, 40), rng.randint(5, 20), rng.randint(0, 8), rng.randint(0, 2)]
+            logger.log(
+                "train",
+                step,
+                {
+                    "reward": pass_rate - 0.05,
+                    "pass_rate": pass_rate,
+                    "staleness_hist": hist,
+                    "staleness_mean": sum(i * c for i, c in enumerate(hist)) / sum(hist),
+                    "mismatch_kl_k3": 1e-3 * (1 + rng.random()),
+                    "mismatch_abs_logprob": 0.02 + 0.01 * rng.random(),
+                    "correction_truncated_frac": 0.01 * rng.random(),
+                    "clip_frac": 0.05 * rng.random(),
+                    "samples_per_s": 8 + rng.gauss(0, 1),
+                    "tokens_per_s": 4000 + rng.gauss(0, 300),
+                    "trainer_idle_frac": 0.2 + 0.1 * rng.random(),
+                    "wait_s": 0.5 * rng.random(),
+                    "forward_backward_s": 2.0 + 0.2 * rng.random(),
+                    "publish_s": 0.3,
+                    "loss": rng.gauss(0, 0.1),
+                    "grad_norm": 0.5 + rng.random(),
+                    "entropy": 0.8 - 0.3 * progress,
+                },
+            )
+            full = 50_000_000
+            logger.log(
+                "sync",
+                step,
+                {
+                    "sync_bytes": full if step % 10 == 0 else int(full * 0.04),
+                    "sync_full_bytes": full,
+                    "sync_pause_ms": 30 + 10 * rng.random(),
+                },
+            )
+            logger.log("rollout", step, {"sandbox_p50_ms": 40.0, "sandbox_p99_ms": 90.0})
+            if step % 50 == 0 or step == 1:
+                p = 0.3 + 0.3 * progress
+                half = 1.96 * math.sqrt(p * (1 - p) / 200)
+                logger.log("eval", step, {"pass_at_1": p, "ci_low": p - half, "ci_high": p + half})
+    (run_dir / "config.toml").write_text(CONFIG)
+    evals = {
+        "base": {"pass_at_1": 0.3, "ci_low": 0.24, "ci_high": 0.37, "n": 200},
+        "final": {"pass_at_1": 0.6, "ci_low": 0.53, "ci_high": 0.66, "n": 200},
+    }
+    (run_dir / "eval.json").write_text(json.dumps(evals))
+
+
+def images(page):
+    return len(re.findall(r"<img\b", page)) + len(re.findall(r"<svg\b", page))
+
+
+def assert_self_contained(page):
+    links = re.findall(r"""(?:src|href)\s*=\s*["']([^"']*)""", page)
+    assert links and not [link for link in links if "://" in link or link.startswith("//")]
+
+
+def test_full_run_renders_every_section(tmp_path):
+    run_dir = tmp_path / "demo"
+    make_run(run_dir)
+    out = write_report(run_dir)
+    assert out == run_dir / "report.html"
+    page = out.read_text()
+    for section in SECTIONS:
+        assert f"<h2>{section.title}</h2>" in page
+    assert images(page) == page.count("<figcaption>") == len(SECTIONS)
+    assert_self_contained(page)
+    # Summary: evals from eval.json, sync totals, final reward; config shown escaped.
+    assert "base: 0.300 [0.240, 0.370], n=200 → final: 0.600 [0.530, 0.660]" in page
+    assert "(Δ +0.300)" in page
+    assert "over 200 versions" in page
+    assert "mean of last 10 steps" in page
+    assert "# &lt;not html&gt;" in page and "s3://bucket/runs/demo" in page
+
+
+def test_partial_run_shows_not_logged(tmp_path):
+    run_dir = tmp_path / "partial"
+    with MetricsLogger(run_dir / "metrics.jsonl", tensorboard=False) as logger:
+        for step in range(5):
+            logger.log("train", step, {"reward": 0.1 * step, "clip_frac": 0.01})
+        logger.log("eval", 4, {"pass_at_1": 0.4})  # no CI: a plain point
+        logger.log("eval", 4, {"pass_at_1": float("nan")})  # not plottable, must not break
+    page = write_report(run_dir).read_text()
+    # Reward (reward + eval) and mismatch (clip_frac) have data; the rest say not logged.
+    assert images(page) == 2
+    assert page.count("not logged (") == len(SECTIONS) - 2
+    assert "no config.toml" in page and "no eval.json" in page
+    assert "step 0: 0.400" not in page  # one eval point: no base-vs-final comparison
+    assert "step 4: 0.400" in page
+    assert_self_contained(page)
+
+
+def test_empty_run_dir_renders(tmp_path):
+    page = write_report(tmp_path).read_text()
+    assert images(page) == 0
+    assert "no metrics.jsonl records" in page
+
+
+def test_bad_eval_json_is_reported_not_fatal(tmp_path):
+    (tmp_path / "eval.json").write_text("{broken")
+    assert "eval.json is not valid JSON" in write_report(tmp_path).read_text()
+
+
+def test_resumed_steps_supersede_replayed_ones(tmp_path):
+    with MetricsLogger(tmp_path / "metrics.jsonl", tensorboard=False) as logger:
+        for step in (1, 2, 3, 4):
+            logger.log("train", step, {"reward": 0.0})
+    with MetricsLogger(tmp_path / "metrics.jsonl", tensorboard=False) as logger:
+        for step in (3, 4, 5):  # resumed from the step-2 checkpoint
+            logger.log("train", step, {"reward": 1.0})
+    page = write_report(tmp_path).read_text()
+    assert "5 (5 logged)" in page
+    assert "1.000 (mean of last 5 steps)" not in page  # steps 1-2 reward 0, 3-5 reward 1
+    assert "0.600 (mean of last 5 steps)" in page
+
+
+def test_missing_run_dir_raises(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        write_report(tmp_path / "nope")
