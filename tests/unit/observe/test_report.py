@@ -10,8 +10,6 @@ import pytest
 from fleetrl.observe.metrics import MetricsLogger
 from fleetrl.observe.report import SECTIONS, write_report
 
-pytest.importorskip("matplotlib")
-
 CONFIG = '[run]\nname = "demo"\nstore = "s3://bucket/runs/demo"  # <not html>\n'
 
 
