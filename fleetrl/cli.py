@@ -154,6 +154,18 @@ def bench_engine(
     Console().print(table)
 
 
+@app.command()
+def report(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory (runs/NAME).")],
+) -> None:
+    """Write RUN_DIR/report.html: plots of reward, staleness, sync, mismatch, throughput."""
+    if not run_dir.is_dir():
+        raise fail(f"{run_dir} is not a directory")
+    from fleetrl.observe import write_report
+
+    typer.echo(f"wrote {write_report(run_dir)}")
+
+
 def main() -> None:
     """Entry point for `python -m fleetrl.cli`."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

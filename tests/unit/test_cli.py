@@ -23,7 +23,7 @@ def command_names(typer_app) -> set[str]:
 
 def test_cli_surface_is_frozen():
     # Adding a command is a deliberate act: update this list and the README together.
-    assert command_names(app) == {"model", "serve", "bench"}
+    assert command_names(app) == {"model", "serve", "bench", "report"}
     result = runner.invoke(app, ["model", "--help"])
     assert result.exit_code == 0 and "init" in result.output
     result = runner.invoke(app, ["bench", "--help"])
@@ -67,6 +67,18 @@ def test_model_init_moe_and_refusals(tmp_path):
     assert "Traceback" not in again.output
     bad = runner.invoke(app, ["model", "init", str(tmp_path / "x"), "--hidden", "65"])
     assert bad.exit_code == 2 and "divisible" in bad.output
+
+
+def test_report_writes_html_and_refuses_missing_dirs(tmp_path):
+    from fleetrl.observe import MetricsLogger
+
+    with MetricsLogger(tmp_path / "metrics.jsonl") as log:
+        log.log("train", 1, {"reward": 0.5, "pass_rate": 0.5})
+    result = runner.invoke(app, ["report", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "report.html").read_text().startswith("<!DOCTYPE html>")
+    missing = runner.invoke(app, ["report", str(tmp_path / "nope")])
+    assert missing.exit_code == 2 and "not a directory" in missing.output
 
 
 def test_serve_rejects_a_directory_that_is_not_a_checkpoint(tmp_path):
