@@ -13,6 +13,8 @@ from typing import Annotated
 
 import typer
 
+from fleetrl.envs.tasks_cli import tasks_app
+
 app = typer.Typer(
     help="fleetrl: asynchronous RL for specialised coding-agent models.",
     no_args_is_help=True,
@@ -23,6 +25,7 @@ model_app = typer.Typer(help="Create and inspect policy checkpoints.", no_args_i
 bench_app = typer.Typer(help="Measure fleetrl's parts (results as a table or --json).")
 app.add_typer(model_app, name="model")
 app.add_typer(bench_app, name="bench")
+app.add_typer(tasks_app, name="tasks")
 
 
 def fail(message: str) -> typer.Exit:

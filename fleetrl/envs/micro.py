@@ -1,0 +1,291 @@
+"""The bundled `micro` suite: 540 one-function Python bug fixes a tiny model can learn.
+
+Each task is a repository holding one module `<f>.py` (2-10 lines, one function, sometimes
+a helper) with one bug in it, and a hidden test file `test_<f>.py` of three one-assert
+tests. The problem statement is the first failing assertion, e.g.
+
+    `qzvk([3, 1, 2])` should return [3, 3, 3], but it returns [].
+
+so a whole episode (statement, file, fix) fits in a few hundred tokens.
+
+How it is made (`fleetrl.envs.micro_templates` has the templates):
+
+- 20 function templates x 2-4 bug kinds each (62 template/bug pairs) over 8 kinds:
+  operator swap, comparison flip, off-by-one, constant change, dropped statement, swapped
+  arguments, negated condition, wrong return value. Each split cycles through all pairs.
+- Function names are random letters (4-5), unique across the suite; local names random
+  letters (1-3). Random letters tokenise into pieces seen in training, unlike unseen English
+  words, so names carry no meaning to memorise and none to trip over.
+- Splits: 440 `train`, 100 `heldout`. They share templates and bug kinds but no function:
+  every function name differs, every template integer constant of a held-out task is
+  congruent to 3 mod 4 and of a train task is not, and every template letter of a
+  held-out task comes from HELDOUT_LETTERS and of a train task does not. The held-out
+  split measures fixing unseen instances of known bug patterns, not unseen patterns.
+- Tests: the correct and the buggy function run in-process on random arguments; the three
+  tests are distinct calls, at least one of which the bug changes (FAIL_TO_PASS), the
+  others may still pass (PASS_TO_PASS).
+- Deterministic: seeded from MICRO_VERSION and the split name, so the same code gives the
+  same suite byte for byte (base-commit shas included). Change MICRO_VERSION whenever the
+  output changes; cached repositories live under a folder named after it.
+
+Records are built in memory (well under a second); a task's repository is written under
+`cache_dir()/suites/micro/<version>/<instance_id>` on first use (`tasks.ensure_repo`).
+"""
+
+from __future__ import annotations
+
+import builtins
+import copy
+import functools
+import keyword
+import random
+import string
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from fleetrl.envs.micro_templates import TEMPLATES, Template
+from fleetrl.envs.tasks import Suite, cache_dir, flat_commit_sha, unified_diff
+from fleetrl.types import Task
+
+MICRO_VERSION = "v1"
+SPLIT_SIZES = {"train": 440, "heldout": 100}  # generated in this order
+HELDOUT_LETTERS = "dhkpuwz"  # template letters of held-out tasks; train tasks use the rest
+TESTS_PER_TASK = 3
+# Names a generated identifier must not take: Python's own, and modules the test run imports.
+_RESERVED = (
+    set(keyword.kwlist)
+    | set(keyword.softkwlist)
+    | set(dir(builtins))
+    | set(sys.stdlib_module_names)
+    | {"py", "pytest", "pluggy", "conftest", "test", "tests"}
+)
+
+
+def split_of_int(value: int) -> str:
+    """The split a template integer constant belongs to (held-out: 3 mod 4)."""
+    return "heldout" if value % 4 == 3 else "train"
+
+
+def split_of_letter(letter: str) -> str:
+    """The split a template letter belongs to."""
+    return "heldout" if letter in HELDOUT_LETTERS else "train"
+
+
+@dataclass(frozen=True)
+class _Spec:
+    """Everything a micro task is made of, before paths and diffs are attached."""
+
+    instance_id: str
+    split: str
+    template: str
+    kind: str
+    function: str  # name of the function with the bug (= module name)
+    constants: tuple[tuple[str, int | str], ...]  # the template's int and letter fields
+    buggy: str  # the module at the base commit
+    correct: str  # the module after the gold fix
+    tests: str  # the hidden test file
+    fail_to_pass: tuple[str, ...]
+    pass_to_pass: tuple[str, ...]
+    statement: str
+
+
+class _Names:
+    """Random-letter identifiers; function names never repeat within the whole suite."""
+
+    def __init__(self) -> None:
+        self.functions: set[str] = set()
+
+    def function(self, rng: random.Random) -> str:
+        while True:
+            name = "".join(rng.choices(string.ascii_lowercase, k=rng.randint(4, 5)))
+            if name not in _RESERVED and name not in self.functions:
+                self.functions.add(name)
+                return name
+
+    def local(self, rng: random.Random, taken: set[str]) -> str:
+        while True:
+            name = "".join(rng.choices(string.ascii_lowercase, k=rng.randint(1, 3)))
+            if name not in _RESERVED and name not in taken and name not in self.functions:
+                return name
+
+
+def _fields(template: Template) -> list[str]:
+    patterns = [template.source] + [part for bug in template.bugs.values() for part in bug]
+    found = {name for text in patterns for _, name, _, _ in string.Formatter().parse(text) if name}
+    return sorted(found)
+
+
+def _params(template: Template, split: str, rng: random.Random) -> dict[str, int | str]:
+    params: dict[str, int | str] = {}
+    for name, (lo, hi) in template.ints.items():
+        value = rng.choice([n for n in range(lo, hi + 1) if split_of_int(n) == split])
+        params[name], params[f"{name}_next"] = value, value + 1
+    letters = [c for c in string.ascii_lowercase if split_of_letter(c) == split]
+    letter_set = 3 if "{cs}" in template.source else 0  # `{cs}`: three distinct letters
+    picked = rng.sample(letters, len(template.chars) + letter_set)  # all distinct
+    for name in template.chars:
+        params[name] = picked.pop()
+    if letter_set:
+        params["cs"] = "".join(sorted(picked))
+    return params
+
+
+def _load(source: str, function: str) -> Callable[..., object]:
+    namespace: dict[str, object] = {}
+    exec(compile(source, f"{function}.py", "exec"), namespace)
+    return namespace[function]  # type: ignore[return-value]
+
+
+def _outcome(fn: Callable[..., object], args: tuple[object, ...]) -> tuple[bool, object]:
+    """(True, return value) or (False, exception class name) of calling `fn`."""
+    try:
+        return True, fn(*copy.deepcopy(args))
+    except Exception as err:  # any exception is a failing test, recorded by name
+        return False, type(err).__name__
+
+
+def _passes(expected: object, outcome: tuple[bool, object]) -> bool:
+    return outcome[0] and outcome[1] == expected  # the test's own `assert got == expected`
+
+
+def _call(function: str, args: tuple[object, ...]) -> str:
+    return f"{function}({', '.join(repr(a) for a in args)})"
+
+
+def _make(
+    instance_id: str, split: str, template: Template, kind: str, rng: random.Random, names: _Names
+) -> _Spec:
+    params = _params(template, split, rng)
+    for _ in range(50):  # retry names until the bug's fragment is unambiguous
+        mapping: dict[str, int | str] = dict(params)
+        taken: set[str] = set()
+        for field in _fields(template):
+            if field in ("f", "g"):
+                mapping[field] = names.function(rng)
+            elif field not in mapping:
+                mapping[field] = names.local(rng, taken)
+                taken.add(str(mapping[field]))
+        correct = template.source.format(**mapping)
+        old, new = (part.format(**mapping) for part in template.bugs[kind])
+        if correct.count(old) == 1:
+            break
+        names.functions.difference_update({mapping["f"], mapping.get("g")})
+    else:
+        raise RuntimeError(f"template {template.name}: fragment of {kind} is never unique")
+    buggy = correct.replace(old, new)
+    function = str(mapping["f"])
+
+    # Draw calls until three distinct ones include at least one the bug changes.
+    right, wrong = _load(correct, function), _load(buggy, function)
+    cases: list[tuple[tuple[object, ...], object, tuple[bool, object]]] = []
+    for _ in range(500):
+        args = template.args(rng, params)
+        ok, expected = _outcome(right, args)
+        if not ok or any(repr(args) == repr(seen) for seen, _, _ in cases):
+            continue
+        cases.append((args, expected, _outcome(wrong, args)))
+        failing = [c for c in cases if not _passes(c[1], c[2])]
+        if failing and len(cases) >= TESTS_PER_TASK:
+            break
+    else:
+        raise RuntimeError(f"{instance_id}: no call tells the bug in {template.name} apart")
+    first_failing = failing[0]
+    others = [c for c in cases if c is not first_failing][: TESTS_PER_TASK - 1]
+    chosen = [first_failing, *others]
+    rng.shuffle(chosen)
+
+    test_file = f"test_{function}.py"
+    lines = [f"from {function} import {function}\n"]
+    f2p, p2p, statement = [], [], ""
+    for number, (args, expected, outcome) in enumerate(chosen, start=1):
+        call = _call(function, args)
+        lines.append(f"\n\ndef test_{number}():\n    assert {call} == {expected!r}\n")
+        node = f"{test_file}::test_{number}"
+        if _passes(expected, outcome):
+            p2p.append(node)
+            continue
+        f2p.append(node)
+        if not statement:
+            ok, got = outcome
+            result = f"it returns {got!r}" if ok else f"it raises {got}"
+            statement = f"`{call}` should return {expected!r}, but {result}."
+    return _Spec(
+        instance_id=instance_id,
+        split=split,
+        template=template.name,
+        kind=kind,
+        function=function,
+        constants=tuple(sorted((k, v) for k, v in params.items() if not k.endswith("_next"))),
+        buggy=buggy,
+        correct=correct,
+        tests="".join(lines),
+        fail_to_pass=tuple(f2p),
+        pass_to_pass=tuple(p2p),
+        statement=statement,
+    )
+
+
+@functools.cache
+def _specs() -> tuple[_Spec, ...]:
+    """Every task of the suite, train first; cached because it never changes in a process."""
+    names = _Names()
+    pairs = [(t, kind) for t in TEMPLATES for kind in sorted(t.bugs)]
+    specs = []
+    for split, size in SPLIT_SIZES.items():
+        rng = random.Random(f"fleetrl-micro-{MICRO_VERSION}-{split}")
+        order = list(pairs)
+        rng.shuffle(order)
+        for index in range(size):
+            template, kind = order[index % len(order)]
+            instance_id = f"micro-{split}-{index:04d}"
+            specs.append(_make(instance_id, split, template, kind, rng, names))
+    return tuple(specs)
+
+
+@functools.cache
+def _spec_by_id() -> dict[str, _Spec]:
+    return {spec.instance_id: spec for spec in _specs()}
+
+
+def suite_root() -> Path:
+    """The folder this version's task repositories are written under."""
+    return cache_dir() / "suites" / "micro" / MICRO_VERSION
+
+
+def build_suite() -> list[Task]:
+    """All micro tasks as fresh Task records (train, then heldout), repositories not written."""
+    root = suite_root()
+    tasks = []
+    for spec in _specs():
+        module = f"{spec.function}.py"
+        test_file = f"test_{spec.function}.py"
+        tasks.append(
+            Task(
+                instance_id=spec.instance_id,
+                repo=str(root / spec.instance_id),
+                base_commit=flat_commit_sha({module: spec.buggy.encode()}),
+                problem_statement=spec.statement,
+                patch=unified_diff(module, spec.buggy, spec.correct),
+                test_patch=unified_diff(test_file, None, spec.tests),
+                FAIL_TO_PASS=list(spec.fail_to_pass),
+                PASS_TO_PASS=list(spec.pass_to_pass),
+                suite="micro",
+                split=spec.split,
+                test_files=[test_file],
+                language="python",
+                kind=spec.kind,
+                origin=spec.template,
+            )
+        )
+    return tasks
+
+
+def materialise(task: Task, dest: Path) -> None:
+    """Write a micro task's base tree (the buggy module only) into the empty folder `dest`."""
+    spec = _spec_by_id()[task.instance_id]
+    (dest / f"{spec.function}.py").write_text(spec.buggy, encoding="utf-8")
+
+
+SUITE = Suite(name="micro", build=build_suite, materialise=materialise)
