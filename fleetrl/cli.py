@@ -143,18 +143,81 @@ def bench_engine(
         seed=seed,
     )
     result = run_engine_bench(config, progress=not as_json)
+    print_figures(result, f"engine benchmark ({requests} requests, {threads} threads)", as_json)
+
+
+@bench_app.command("sandbox")
+def bench_sandbox(
+    n: Annotated[int, typer.Option(help="Sandboxes timed for p50/p99.")] = 200,
+    burst: Annotated[int, typer.Option(help="Sandboxes started at once.")] = 100,
+    max_concurrent: Annotated[int, typer.Option(help="Cap of the peak-concurrency probe.")] = 256,
+    pool_size: Annotated[int, typer.Option(help="Warm sandboxes in the pool phase.")] = 8,
+    base_dir: Annotated[
+        Path | None, typer.Option(help="Repository to sandbox (default: synthetic, 1,000 files).")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
+) -> None:
+    """Sandbox start-up latency (p50/p99), a burst of 100, peak concurrency, memory each."""
+    if min(n, burst, max_concurrent, pool_size) < 1:
+        raise fail("--n, --burst, --max-concurrent and --pool-size must be >= 1")
+    from fleetrl.envs.sandbox import SandboxError
+    from fleetrl.envs.sandbox.bench import run_sandbox_bench
+
+    try:
+        result = run_sandbox_bench(
+            n=n,
+            burst=burst,
+            max_concurrent=max_concurrent,
+            pool_size=pool_size,
+            base_dir=str(base_dir) if base_dir else None,
+            progress=not as_json,
+        )
+    except (SandboxError, FileNotFoundError, ValueError) as err:
+        raise fail(str(err)) from None
+    print_figures(result, f"sandbox benchmark ({n} sandboxes)", as_json)
+
+
+def print_figures(result: dict, title: str, as_json: bool) -> None:
+    """A benchmark's figures as JSON or as a two-column table."""
     if as_json:
         typer.echo(json.dumps(result, indent=2))
         return
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"engine benchmark ({requests} requests, {threads} threads)")
+    table = Table(title=title)
     table.add_column("metric")
     table.add_column("value", justify="right")
     for key, value in result.items():
         table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
     Console().print(table)
+
+
+@app.command()
+def verify(
+    task_id: Annotated[str, typer.Argument(help="Task instance id.")],
+    workspace: Annotated[Path, typer.Option(help="The agent's workspace directory.")],
+    suite: Annotated[str | None, typer.Option(help="Bundled suite (default: any).")] = None,
+    tasks: Annotated[Path | None, typer.Option(help="A generated task folder.")] = None,
+    timeout: Annotated[float, typer.Option(help="Seconds the hidden tests may run.")] = 120.0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
+) -> None:
+    """Grade a workspace: its non-test changes, hidden tests, anti-cheat flags -> reward."""
+    from fleetrl.envs.tasks import TaskError, get_task
+    from fleetrl.envs.verifier import verify_workspace
+
+    try:
+        task = get_task(task_id, suite=suite, tasks_dir=tasks)
+        result = verify_workspace(task, workspace, timeout=timeout)
+    except (TaskError, FileNotFoundError) as err:
+        raise fail(str(err)) from None
+    if as_json:
+        typer.echo(json.dumps(result.to_json(), indent=2))
+        return
+    for test, outcome in result.tests.items():
+        typer.echo(f"{outcome:>8}  {test}")
+    flags = ", ".join(result.flags) or "none"
+    typer.echo(f"reward {result.reward:g}  (flags: {flags}; {result.duration_s:.2f} s)")
 
 
 @app.command()

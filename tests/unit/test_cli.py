@@ -23,7 +23,7 @@ def command_names(typer_app) -> set[str]:
 
 def test_cli_surface_is_frozen():
     # Adding a command is a deliberate act: update this list and the README together.
-    assert command_names(app) == {"model", "serve", "bench", "report", "tasks"}
+    assert command_names(app) == {"model", "serve", "bench", "report", "tasks", "verify"}
     result = runner.invoke(app, ["model", "--help"])
     assert result.exit_code == 0 and "init" in result.output
     result = runner.invoke(app, ["bench", "--help"])
