@@ -64,6 +64,22 @@ class HarnessConfig:
     tool_limits: ToolLimits = field(default_factory=ToolLimits)
 
 
+def micro_harness() -> HarnessConfig:
+    """The preset for the bundled `micro` suite and the small models trained on it: a short
+    prompt without the tool listing (the model learns the tools from demonstrations) and
+    budgets that fit a ~250-token episode. SFT, evaluation and RL all use it."""
+    return HarnessConfig(
+        system_prompt="Fix the bug. Tools: read_file, edit_file, run, finish.",
+        describe_tools=False,
+        max_turns=6,
+        max_tokens=512,
+        max_reply_tokens=128,
+        max_context=1024,
+        wall_s=60.0,
+        tool_limits=ToolLimits(max_output_chars=1000, run_timeout_s=10.0),
+    )
+
+
 @dataclass
 class ToolRecord:
     """One executed tool call, for the verifier's anti-cheat checks and for debugging."""
