@@ -193,6 +193,54 @@ def print_figures(result: dict, title: str, as_json: bool) -> None:
     Console().print(table)
 
 
+@app.command("eval")
+def eval_command(
+    checkpoint: Annotated[str, typer.Argument(help="Checkpoint directory, or `base`.")] = "base",
+    suite: Annotated[str, typer.Option(help="Bundled task suite.")] = "micro",
+    split: Annotated[str, typer.Option(help="Split of the suite.")] = "heldout",
+    tasks: Annotated[Path | None, typer.Option(help="A generated task folder instead.")] = None,
+    episodes: Annotated[int, typer.Option(help="Episodes at least (tasks x samples).")] = 200,
+    max_tasks: Annotated[int, typer.Option(help="Use only the first N tasks (0: all).")] = 0,
+    temperature: Annotated[float, typer.Option(help="Sampling temperature.")] = 1.0,
+    seed: Annotated[int, typer.Option(help="Sampling seed.")] = 0,
+    threads: Annotated[int, typer.Option(help="torch CPU threads.")] = 2,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
+) -> None:
+    """pass@1 of a checkpoint on a task split, with a Wilson 95% confidence interval."""
+    if episodes < 1 or max_tasks < 0 or temperature < 0:
+        raise fail("need --episodes >= 1, --max-tasks >= 0 and --temperature >= 0")
+    from fleetrl.envs.tasks import TaskError
+    from fleetrl.model import CheckpointError
+    from fleetrl.rollout.evaluate import evaluate_checkpoint, resolve_checkpoint
+
+    path = resolve_checkpoint(checkpoint)
+    if not (path / "config.json").is_file():
+        raise fail(f"{checkpoint} is not a checkpoint directory (no config.json)")
+    import torch
+
+    torch.set_num_threads(threads)
+    try:
+        result = evaluate_checkpoint(
+            path,
+            suite=suite,
+            split=split,
+            tasks_dir=tasks,
+            min_episodes=episodes,
+            temperature=temperature,
+            seed=seed,
+            max_tasks=max_tasks or None,
+        )
+    except (TaskError, CheckpointError, FileNotFoundError) as err:
+        raise fail(str(err)) from None
+    if as_json:
+        typer.echo(json.dumps(result.to_json(), indent=2))
+        return
+    typer.echo(
+        f"pass@1 {result.pass_at_1:.3f}  95% CI [{result.ci_low:.3f}, {result.ci_high:.3f}]  "
+        f"({result.episodes} episodes on {result.tasks} tasks, {result.duration_s:.0f} s)"
+    )
+
+
 @app.command()
 def verify(
     task_id: Annotated[str, typer.Argument(help="Task instance id.")],

@@ -23,7 +23,7 @@ def command_names(typer_app) -> set[str]:
 
 def test_cli_surface_is_frozen():
     # Adding a command is a deliberate act: update this list and the README together.
-    assert command_names(app) == {"model", "serve", "bench", "report", "tasks", "verify"}
+    assert command_names(app) == {"model", "serve", "bench", "report", "tasks", "verify", "eval"}
     result = runner.invoke(app, ["model", "--help"])
     assert result.exit_code == 0 and "init" in result.output
     result = runner.invoke(app, ["bench", "--help"])
@@ -113,3 +113,21 @@ def test_bench_sandbox_smoke_json():
     assert figures["burst4_s"] > 0 and figures["peak_concurrent"] == 6
     bad = runner.invoke(app, ["bench", "sandbox", "--n", "0"])
     assert bad.exit_code == 2
+
+
+def test_eval_json_on_a_random_model(tmp_path):
+    model_dir = tmp_path / "m"
+    assert (
+        runner.invoke(
+            app, ["model", "init", str(model_dir), "--layers", "1", "--hidden", "64"]
+        ).exit_code
+        == 0
+    )
+    args = ["eval", str(model_dir), "--max-tasks", "2", "--episodes", "4", "--threads", "1"]
+    result = runner.invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    figures = json.loads(result.output)
+    assert figures["episodes"] == 4 and figures["tasks"] == 2
+    assert figures["pass_at_1"] == 0.0 and 0.0 == figures["ci_low"] < figures["ci_high"] < 1.0
+    missing = runner.invoke(app, ["eval", str(tmp_path / "none")])
+    assert missing.exit_code == 2 and "not a checkpoint" in missing.output

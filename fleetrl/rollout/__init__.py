@@ -1,0 +1,1 @@
+"""Rollouts: verified agent episodes in groups, and evaluation (pass@1 with a CI)."""

@@ -1,0 +1,125 @@
+"""Evaluation: pass@1 of a checkpoint on a task split, with a 95% confidence interval.
+
+Each task is attempted `samples_per_task` times at the policy's sampling temperature; the
+pass rate over all episodes is pass@1, and its Wilson score interval (which stays inside
+[0, 1] and behaves at rates near 0 or 1) says how far it can be trusted. Two evaluations
+whose intervals do not overlap differ for real.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from fleetrl.envs.tasks import load_tasks
+from fleetrl.inference.engine import Engine
+from fleetrl.model.checkpoint import load_pretrained
+from fleetrl.model.tokenizer import Tokenizer
+from fleetrl.rollout.worker import RolloutConfig, Rollouts
+from fleetrl.types import SamplingParams, Task, Trajectory
+
+BASE_MODEL = Path(__file__).resolve().parent.parent / "model" / "assets" / "base"
+
+
+def resolve_checkpoint(name: str | Path) -> Path:
+    """`base` means the shipped base model; anything else is a checkpoint directory."""
+    return BASE_MODEL if str(name) == "base" else Path(name)
+
+
+@dataclass
+class EvalResult:
+    """pass@1 over `episodes` graded episodes, with its Wilson 95% interval."""
+
+    pass_at_1: float
+    ci_low: float
+    ci_high: float
+    episodes: int
+    tasks: int
+    duration_s: float
+    finish_reasons: dict[str, int] = field(default_factory=dict)  # how episodes ended
+    flags: dict[str, int] = field(default_factory=dict)  # anti-cheat flags raised, by name
+    mean_tool_errors: float = 0.0  # per episode
+
+    def to_json(self) -> dict[str, Any]:
+        """The `fleetrl eval --json` document."""
+        return asdict(self)
+
+
+def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """Wilson score interval of a binomial proportion (95% for z = 1.96)."""
+    if n == 0:
+        return 0.0, 1.0
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def summarise(trajectories: list[Trajectory], tasks: int, duration_s: float) -> EvalResult:
+    """pass@1, interval and diagnostics of graded trajectories."""
+    n = len(trajectories)
+    passed = sum(1 for t in trajectories if t.reward >= 1.0)
+    low, high = wilson_interval(passed, n)
+    reasons: dict[str, int] = {}
+    flags: dict[str, int] = {}
+    for t in trajectories:
+        reasons[t.finish_reason] = reasons.get(t.finish_reason, 0) + 1
+        for flag in t.flags:
+            flags[flag] = flags.get(flag, 0) + 1
+    return EvalResult(
+        pass_at_1=passed / n if n else 0.0,
+        ci_low=low,
+        ci_high=high,
+        episodes=n,
+        tasks=tasks,
+        duration_s=duration_s,
+        finish_reasons=reasons,
+        flags=flags,
+        mean_tool_errors=sum(t.tool_errors for t in trajectories) / max(n, 1),
+    )
+
+
+async def evaluate_policy(
+    rollouts: Rollouts, tasks: list[Task], samples_per_task: int
+) -> EvalResult:
+    """Run and grade `samples_per_task` episodes of every task."""
+    start = time.monotonic()
+    episodes = [task for task in tasks for _ in range(samples_per_task)]
+    trajectories = await rollouts.run_episodes(episodes)
+    return summarise(trajectories, len(tasks), time.monotonic() - start)
+
+
+def evaluate_checkpoint(
+    checkpoint: Path,
+    suite: str | None = "micro",
+    split: str | None = "heldout",
+    tasks_dir: Path | None = None,
+    min_episodes: int = 200,
+    temperature: float = 1.0,
+    seed: int = 0,
+    config: RolloutConfig | None = None,
+    max_tasks: int | None = None,
+) -> EvalResult:
+    """pass@1 of a checkpoint directory over at least `min_episodes` episodes of a split
+    (of its first `max_tasks` tasks, when given)."""
+    tasks = load_tasks(suite=None if tasks_dir else suite, tasks_dir=tasks_dir, split=split)
+    tasks = tasks[:max_tasks] if max_tasks else tasks
+    samples = max(1, math.ceil(min_episodes / len(tasks)))
+    model = load_pretrained(checkpoint)
+    tokenizer = Tokenizer.from_pretrained(checkpoint)
+    config = config or RolloutConfig()
+    sampling = SamplingParams(temperature=temperature)
+    config = replace(config, harness=replace(config.harness, sampling=sampling))
+
+    async def run() -> EvalResult:
+        engine = Engine(model, max_batch_size=config.max_concurrent, seed=seed)
+        try:
+            return await evaluate_policy(Rollouts(engine, tokenizer, config), tasks, samples)
+        finally:
+            await engine.close()
+
+    return asyncio.run(run())
