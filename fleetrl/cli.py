@@ -177,6 +177,41 @@ def bench_sandbox(
     print_figures(result, f"sandbox benchmark ({n} sandboxes)", as_json)
 
 
+@bench_app.command("weights")
+def bench_weights(
+    steps: Annotated[int, typer.Option(help="Optimizer steps (versions) per learning rate.")] = 8,
+    lrs: Annotated[str, typer.Option(help="Comma-separated learning rates.")] = "1e-6,1e-5",
+    synthetic_params: Annotated[
+        int, typer.Option(help="Size of the synthetic state dict for throughput (0: skip).")
+    ] = 1_000_000_000,
+    zstd_level: Annotated[int, typer.Option(help="zstd level of the dense codec.")] = 3,
+    threads: Annotated[int, typer.Option(help="torch CPU threads.")] = 2,
+    decode_batch: Annotated[int, typer.Option(help="Requests decoding during the swap.")] = 8,
+    seed: Annotated[int, typer.Option(help="Seed.")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
+) -> None:
+    """Delta size vs the entropy floor, codec GB/s per core, engine pause on apply."""
+    try:
+        rates = [float(x) for x in lrs.split(",") if x.strip()]
+    except ValueError:
+        raise fail(f"--lrs must be comma-separated numbers, got {lrs!r}") from None
+    if not rates or steps < 1 or synthetic_params < 0 or threads < 1 or decode_batch < 1:
+        raise fail("need --lrs, --steps >= 1, --synthetic-params >= 0, --threads >= 1")
+    from fleetrl.store.bench import WeightsBenchConfig, flat_figures, run_weights_bench
+
+    config = WeightsBenchConfig(
+        steps=steps,
+        lrs=rates,
+        synthetic_params=synthetic_params,
+        zstd_level=zstd_level,
+        threads=threads,
+        decode_batch=decode_batch,
+        seed=seed,
+    )
+    result = run_weights_bench(config, progress=not as_json)
+    print_figures(result if as_json else flat_figures(result), "weight sync benchmark", as_json)
+
+
 def print_figures(result: dict, title: str, as_json: bool) -> None:
     """A benchmark's figures as JSON or as a two-column table."""
     if as_json:
@@ -191,6 +226,59 @@ def print_figures(result: dict, title: str, as_json: bool) -> None:
     for key, value in result.items():
         table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
     Console().print(table)
+
+
+@app.command()
+def train(
+    config_file: Annotated[
+        Path | None, typer.Argument(help="TOML run configuration (default: built-in).")
+    ] = None,
+    name: Annotated[str | None, typer.Option(help="Run name: writes runs/NAME.")] = None,
+    steps: Annotated[int | None, typer.Option(help="Override trainer.steps.")] = None,
+    sync: Annotated[
+        bool, typer.Option("--sync", help="Synchronous baseline (max_staleness 0).")
+    ] = False,
+    regions: Annotated[int, typer.Option(help="Rollout region processes.")] = 1,
+    runs_dir: Annotated[Path, typer.Option(help="Where run directories live.")] = Path("runs"),
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="Override a key, e.g. --set trainer.lr=1e-4 (repeatable)."),
+    ] = None,
+) -> None:
+    """Train with RL: trainer + rollout regions + store; evaluates and reports at the end."""
+    from fleetrl.config import ConfigError, load_config, parse_overrides
+
+    try:
+        overrides = parse_overrides(set_ or [])
+        if name:
+            overrides["name"] = name
+        if steps is not None:
+            overrides.setdefault("trainer", {})["steps"] = steps
+        if sync:
+            overrides.setdefault("trainer", {})["max_staleness"] = 0
+        config = load_config(config_file, overrides)
+    except ConfigError as err:
+        raise fail(str(err)) from None
+    if regions < 1:
+        raise fail("--regions must be >= 1")
+    run_dir = runs_dir / config.name
+    if (run_dir / "final").exists():
+        raise fail(f"{run_dir} holds a finished run; choose another --name")
+    from fleetrl.orchestrate.local import RunFailed, run_local
+    from fleetrl.rollout.evaluate import resolve_checkpoint
+
+    if not (resolve_checkpoint(config.model.path) / "config.json").is_file():
+        raise fail(f"model.path {config.model.path!r} is not a checkpoint directory")
+    try:
+        summary = run_local(config, run_dir, regions=regions)
+    except RunFailed as err:
+        raise fail(str(err)) from None
+    for label, result in summary.items():
+        typer.echo(
+            f"{label:>5}: pass@1 {result['pass_at_1']:.3f} "
+            f"[{result['ci_low']:.3f}, {result['ci_high']:.3f}] over {result['episodes']} episodes"
+        )
+    typer.echo(f"run directory: {run_dir}  (report: {run_dir / 'report.html'})")
 
 
 @app.command("eval")

@@ -23,7 +23,16 @@ def command_names(typer_app) -> set[str]:
 
 def test_cli_surface_is_frozen():
     # Adding a command is a deliberate act: update this list and the README together.
-    assert command_names(app) == {"model", "serve", "bench", "report", "tasks", "verify", "eval"}
+    assert command_names(app) == {
+        "model",
+        "serve",
+        "bench",
+        "report",
+        "tasks",
+        "verify",
+        "eval",
+        "train",
+    }
     result = runner.invoke(app, ["model", "--help"])
     assert result.exit_code == 0 and "init" in result.output
     result = runner.invoke(app, ["bench", "--help"])
@@ -131,3 +140,14 @@ def test_eval_json_on_a_random_model(tmp_path):
     assert figures["pass_at_1"] == 0.0 and 0.0 == figures["ci_low"] < figures["ci_high"] < 1.0
     missing = runner.invoke(app, ["eval", str(tmp_path / "none")])
     assert missing.exit_code == 2 and "not a checkpoint" in missing.output
+
+
+def test_bench_weights_smoke_json():
+    args = ["bench", "weights", "--json", "--steps", "2", "--lrs", "1e-6"]
+    result = runner.invoke(app, [*args, "--synthetic-params", "100000", "--threads", "1"])
+    assert result.exit_code == 0, result.output
+    figures = json.loads(result.output)
+    for key in ("compression_ratio", "floor_ratio", "encode_gbps_per_core", "decode_gbps_per_core"):
+        assert figures[key] > 0, key
+    bad = runner.invoke(app, ["bench", "weights", "--lrs", "fast"])
+    assert bad.exit_code == 2 and "--lrs" in bad.output

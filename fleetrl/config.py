@@ -1,0 +1,192 @@
+"""The run configuration of `fleetrl train`: a typed tree, loaded from a short TOML file.
+
+Every knob has a default that works on a 2-core laptop with the shipped base model, so an
+empty file (or none) is a valid run. Unknown keys, wrong types and impossible combinations
+are refused with an error naming the key (`trainer.lr: ...`). The fully resolved config is
+written to `runs/NAME/config.toml`. This module imports neither torch nor the rest of
+fleetrl, so checking a config is instant.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+import tomli_w
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot run; the message names the key to change."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ModelSection(_Section):
+    path: str = "base"
+    """Checkpoint directory to start from; `base` is the shipped base model."""
+
+
+class TasksSection(_Section):
+    suite: str = "micro"
+    """Bundled task suite to train on (ignored when `tasks_dir` is set)."""
+    split: str = "train"
+    """Split of the suite (or of the task folder) to train on."""
+    tasks_dir: str | None = None
+    """A task folder written by `fleetrl tasks make`, instead of a bundled suite."""
+
+
+class RolloutSection(_Section):
+    group_size: int = Field(8, ge=2)
+    """Samples per task drawn together; advantages compare samples of one group."""
+    max_concurrent_groups: int = Field(6, ge=1)
+    """Groups a region runs at once (C of the admission gate)."""
+    temperature: float = Field(1.0, gt=0)
+    """Sampling temperature of rollouts."""
+    sandbox_backend: Literal["bwrap", "local"] = "bwrap"
+    """Where tools run: `bwrap` (isolated); `local` only for development."""
+    max_concurrent_verify: int = Field(2, ge=1)
+    """Gradings at once per region (each runs pytest in a sandbox)."""
+    threads: int = Field(1, ge=1)
+    """torch CPU threads of a region's engine."""
+
+
+class TrainerSection(_Section):
+    steps: int = Field(30, ge=1)
+    """Optimizer steps (= policy versions published after the first)."""
+    groups_per_step: int = Field(6, ge=1)
+    """Groups per optimizer step (P); a batch is P x group_size samples."""
+    max_staleness: int = Field(2, ge=0)
+    """Versions a token may lag the trainer; older groups are dropped (0: synchronous)."""
+    lr: float = Field(2e-4, gt=0)
+    """AdamW learning rate."""
+    weight_decay: float = Field(0.0, ge=0)
+    """AdamW weight decay."""
+    max_grad_norm: float = Field(1.0, gt=0)
+    """Gradient clipping."""
+    advantage: Literal["drgrpo", "grpo", "rloo"] = "drgrpo"
+    """Group advantage estimator."""
+    clip_low: float = Field(0.2, ge=0, lt=1)
+    """PPO ratio clipped below at 1 - clip_low."""
+    clip_high: float = Field(0.28, ge=0)
+    """PPO ratio clipped above at 1 + clip_high."""
+    correction: Literal["tis", "mis", "none"] = "tis"
+    """Behaviour/proximal importance weight: truncated (tis) or masked (mis)."""
+    correction_cap: float = Field(2.0, gt=1)
+    """C of TIS / MIS."""
+    norm_tokens: int = Field(256, ge=1)
+    """Dr. GRPO's constant per-sample token denominator."""
+    micro_batch_size: int = Field(16, ge=1)
+    """Sequences per forward/backward (memory only)."""
+    checkpoint_every: int = Field(10, ge=1)
+    """Steps between checkpoints (model, optimizer, RNG, trajectory cursor)."""
+    seed: int = 0
+    """Seed of the trainer's and regions' random choices."""
+    threads: int = Field(1, ge=1)
+    """torch CPU threads of the trainer."""
+
+
+class StoreSection(_Section):
+    url: str = ""
+    """Object store URL (local folder or s3://...); empty: runs/NAME/store."""
+    full_every: int = Field(10, ge=1)
+    """A full snapshot every K versions, deltas in between."""
+
+
+class EvalSection(_Section):
+    split: str = "heldout"
+    """Split evaluated at the end of the run."""
+    episodes: int = Field(200, ge=1)
+    """Episodes per evaluation (tasks x samples)."""
+    max_tasks: int = Field(0, ge=0)
+    """Evaluate on the split's first N tasks only (0: all), for quick checks."""
+    base: bool = True
+    """Also evaluate the starting model, for the before/after comparison."""
+    enabled: bool = True
+    """Evaluate at the end of the run at all."""
+
+
+class RunConfig(_Section):
+    """A whole `fleetrl train` run."""
+
+    name: str = "run"
+    """Run name: the run directory is runs/NAME."""
+    model: ModelSection = Field(default_factory=ModelSection)
+    tasks: TasksSection = Field(default_factory=TasksSection)
+    rollout: RolloutSection = Field(default_factory=RolloutSection)
+    trainer: TrainerSection = Field(default_factory=TrainerSection)
+    store: StoreSection = Field(default_factory=StoreSection)
+    eval: EvalSection = Field(default_factory=EvalSection)
+
+    @model_validator(mode="after")
+    def _fits_together(self) -> RunConfig:
+        if self.eval.enabled and self.eval.split == self.tasks.split:
+            raise ValueError(
+                f"eval.split is the training split {self.tasks.split!r}: the evaluation "
+                "would measure memorised tasks; set eval.split to a held-out split"
+            )
+        return self
+
+
+def _merge(into: dict[str, Any], overrides: dict[str, Any]) -> None:
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            into[key] = value
+
+
+def _describe(err: ValidationError) -> str:
+    lines = []
+    for problem in err.errors():
+        key = ".".join(str(part) for part in problem["loc"]) or "config"
+        message = problem["msg"]
+        if problem["type"] == "extra_forbidden":
+            message = "unknown key"
+        lines.append(f"{key}: {message}")
+    return "; ".join(lines)
+
+
+def load_config(path: Path | None = None, overrides: dict[str, Any] | None = None) -> RunConfig:
+    """The run config of a TOML file (or the defaults), with nested `overrides` applied."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        if not path.is_file():
+            raise ConfigError(f"config file {path} does not exist")
+        try:
+            data = tomllib.loads(path.read_text())
+        except tomllib.TOMLDecodeError as err:
+            raise ConfigError(f"{path}: invalid TOML: {err}") from None
+    _merge(data, overrides or {})
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(_describe(err)) from None
+
+
+def parse_overrides(items: list[str]) -> dict[str, Any]:
+    """`section.key=value` strings (values in TOML syntax; bare words are strings) as a
+    nested dict for `load_config`."""
+    overrides: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. trainer.lr=1e-4")
+        try:
+            value = tomllib.loads(f"v = {raw}")["v"]
+        except tomllib.TOMLDecodeError:
+            value = raw
+        *parents, leaf = key.strip().split(".")
+        node = overrides
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return overrides
+
+
+def dump_config(config: RunConfig) -> str:
+    """The fully resolved config as TOML (what runs/NAME/config.toml holds)."""
+    return tomli_w.dumps(config.model_dump(exclude_none=True))

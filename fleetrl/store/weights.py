@@ -1,0 +1,413 @@
+"""WeightStore: versioned policy weights in an object store, as full snapshots and deltas.
+
+Role: the trainer publishes every policy version; followers (engines, regional relays)
+fetch them. Only compressed deltas travel in steady state (codec.py); layout and manifest
+format are in manifest.py.
+
+    publish(v, state) ─▶ per tensor: hash, encode against the previous version, and
+                         every K versions also copy into a safetensors snapshot
+                      ─▶ put data shards ─▶ put manifest ─▶ put LATEST    (commit order)
+
+    fetch(v, have)    ─▶ route: the cheaper (in bytes) of
+                           nearest full snapshot f + deltas f+1..v, or
+                           the caller's held version h + deltas h+1..v
+                      ─▶ decode into the store's own buffers ─▶ verify every hash ─▶ return
+
+Contract:
+- Versions are immutable and increase; `publish` refuses a version <= latest().
+- `fetch` returns a version bit-exactly or raises WeightStoreError (MissingWeights,
+  CorruptWeights); the caller's `have` tensors are never modified, and nothing
+  half-decoded is ever returned.
+- A publish that dies before its manifest and LATEST leaves latest() at the previous
+  version; its orphan objects are overwritten by the next publish or removed by `gc`.
+- One publisher per store (the trainer, or a region's relay). Any number of readers.
+
+Not covered: concurrent publishers, encryption, partial (per-tensor) fetches, reverse
+deltas (going back to an older version is a fetch from a full snapshot).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import torch
+
+from fleetrl.store import codec
+from fleetrl.store.errors import CorruptWeights, MissingWeights, WeightStoreError
+from fleetrl.store.manifest import (
+    FOLLOWERS_PREFIX,
+    LATEST_KEY,
+    PREFIX,
+    DeltaEntry,
+    Manifest,
+    TensorEntry,
+    content_hash,
+    dtype_name,
+    manifest_key,
+    parse_version_key,
+)
+from fleetrl.store.objectstore import ObjectNotFound, ObjectStore, open_store
+from fleetrl.store.rebuild import Buffer, plan_route, replay, verify
+from fleetrl.store.shards import DeltaWriter, ShardReader, SnapshotWriter
+
+__all__ = [
+    "CorruptWeights",
+    "FetchResult",
+    "FollowerState",
+    "Held",
+    "MissingWeights",
+    "PublishResult",
+    "WeightStore",
+    "WeightStoreError",
+    "WeightStoreOptions",
+]
+
+
+@dataclass(frozen=True)
+class WeightStoreOptions:
+    """How versions are written. Readers need none of this: manifests describe themselves."""
+
+    full_every: int = 10  # a full snapshot when this many versions passed since the last one
+    shard_bytes: int = 1 << 30  # data objects are cut at about this size (memory per step)
+    hash_name: str = "sha256"  # hashlib algorithm of the tensor hashes (sha256: SHA-NI fast)
+    codec: codec.CodecOptions = field(default_factory=codec.CodecOptions)
+
+
+class Held(NamedTuple):
+    """Weights a caller already holds, to fetch only the deltas after them."""
+
+    version: int  # the store version these tensors are, bit for bit
+    tensors: Mapping[str, torch.Tensor]  # name → tensor (any device; dtype may differ)
+
+
+@dataclass
+class PublishResult:
+    """What one publish wrote and what it cost."""
+
+    version: int
+    base: int | None  # version the delta is against (None: first version, full only)
+    full: bool  # a full snapshot was written
+    delta_bytes: int  # bytes of the delta objects (what a follower at `base` downloads)
+    full_bytes: int  # bytes of the snapshot objects (0 unless full)
+    manifest_bytes: int
+    elements: int  # elements in the state dict (aliases counted once)
+    changed: int  # elements whose bits differ from `base`
+    hash_s: float  # CPU seconds spent hashing
+    encode_s: float  # CPU seconds spent encoding deltas
+    publish_s: float  # wall seconds, uploads included
+
+
+@dataclass
+class FetchResult:
+    """A reconstructed, verified version."""
+
+    version: int
+    tensors: dict[str, torch.Tensor]  # all tensors, or only the changed ones (changed_only)
+    route: str  # how it was built, e.g. "held 41 + 1 delta" or "full 40 + 2 deltas"
+    bytes_read: int  # bytes downloaded (manifests included)
+    decode_s: float  # CPU seconds spent decoding
+    hash_s: float  # CPU seconds spent verifying hashes
+    fetch_s: float  # wall seconds in all
+
+
+@dataclass
+class FollowerState:
+    """A follower's last heartbeat (see WeightStore.register_follower)."""
+
+    version: int  # version it holds
+    time: float  # unix time of the heartbeat
+
+
+class WeightStore:
+    """Publish and fetch policy versions in an object store (local folder or s3://).
+
+    One instance serves one thread at a time (a follower calls it from one worker thread
+    at a time); open one per thread for parallel use.
+    """
+
+    def __init__(
+        self,
+        store: str | ObjectStore,
+        options: WeightStoreOptions | None = None,
+        storage_options: dict | None = None,
+    ) -> None:
+        self.store = open_store(store, storage_options) if isinstance(store, str) else store
+        self.url = self.store.url
+        self.options = options or WeightStoreOptions()
+        # The publisher's previous version, the base of the next delta (own copies).
+        self._previous: tuple[int, dict[str, Buffer]] | None = None
+        self._last_full: int | None = None
+        self._manifests: OrderedDict[int, Manifest] = OrderedDict()  # committed: immutable
+        self._manifest_bytes_read = 0  # manifests downloaded (a fetch reports its share)
+
+    # -- reading ------------------------------------------------------------------------
+
+    def latest(self) -> int | None:
+        """The newest committed version, or None when nothing was published."""
+        try:
+            text = self.store.get(LATEST_KEY)
+        except ObjectNotFound:
+            return None
+        try:
+            return int(text.decode().strip())
+        except ValueError as err:
+            raise CorruptWeights(f"{self.url}/{LATEST_KEY}: not a version: {text[:40]!r}") from err
+
+    def versions(self) -> list[int]:
+        """Versions whose manifest exists, ascending (the newest may not be committed yet)."""
+        keys = [k for k in self.store.list(PREFIX + "/") if k.endswith("/manifest.json")]
+        return sorted(v for k in keys if (v := parse_version_key(k)) is not None)
+
+    def manifest(self, version: int) -> Manifest:
+        """One version's manifest; raises MissingWeights or CorruptWeights."""
+        if version in self._manifests:
+            self._manifests.move_to_end(version)
+            return self._manifests[version]
+        try:
+            data = self.store.get(manifest_key(version))
+        except ObjectNotFound as err:
+            raise MissingWeights(f"{self.url}: version {version} has no manifest") from err
+        self._manifest_bytes_read += len(data)
+        try:
+            manifest = Manifest.from_json(data)
+        except (ValueError, KeyError, TypeError) as err:
+            raise CorruptWeights(f"{self.url}: version {version} manifest: {err}") from err
+        self._manifests[version] = manifest
+        if len(self._manifests) > 64:
+            self._manifests.popitem(last=False)
+        return manifest
+
+    def fetch(
+        self, version: int | None = None, have: Held | None = None, changed_only: bool = False
+    ) -> FetchResult:
+        """Reconstruct `version` (default: latest) bit-exactly and verify every hash.
+
+        With `have`, the deltas after the caller's version are used when that downloads
+        fewer bytes than the nearest full snapshot; the caller's tensors are read, never
+        written. `changed_only` returns only tensors some delta on the route touched
+        (what an engine holding `have` must load); otherwise every tensor, where unchanged
+        ones share storage with the caller's (CPU) tensors. Returned tensors are on CPU.
+        """
+        start = time.perf_counter()
+        if version is None:
+            version = self.latest()
+            if version is None:
+                raise MissingWeights(f"{self.url}: no version has been published")
+        if have is not None and have.version == version:
+            tensors = {} if changed_only else dict(have.tensors)
+            return FetchResult(version, tensors, "held", 0, 0.0, 0.0, time.perf_counter() - start)
+        reader = ShardReader(self.store)
+        manifest_bytes = self._manifest_bytes_read
+        route = plan_route(self.manifest, version, have.version if have is not None else None)
+        try:
+            clock = time.thread_time()
+            state = replay(route, self.manifest, have.tensors if have is not None else None, reader)
+            decode_s = time.thread_time() - clock
+            tensors = verify(route.target, state, changed_only)
+            hash_s = time.thread_time() - clock - decode_s
+        except ObjectNotFound as err:
+            raise MissingWeights(f"{self.url}: version {version}: {err}") from err
+        except (codec.CodecError, CorruptWeights) as err:
+            raise CorruptWeights(f"{self.url}: version {version}: {err}") from err
+        n = len(route.deltas)
+        begin = f"full {route.start}" if route.start is not None else f"held {have.version}"
+        return FetchResult(
+            version=version,
+            tensors=tensors,
+            route=f"{begin} + {n} delta{'s' * (n != 1)}",
+            bytes_read=reader.bytes_read + self._manifest_bytes_read - manifest_bytes,
+            decode_s=decode_s,
+            hash_s=hash_s,
+            fetch_s=time.perf_counter() - start,
+        )
+
+    # -- writing ------------------------------------------------------------------------
+
+    def publish(self, version: int, state_dict: Mapping[str, torch.Tensor]) -> PublishResult:
+        """Store `state_dict` as `version`: a delta against the previous version, plus a
+        full snapshot every `full_every` versions (and for the first). Commits by writing
+        the manifest, then LATEST, after all data objects."""
+        latest = self.latest()
+        if latest is not None and version <= latest:
+            raise WeightStoreError(
+                f"{self.url}: cannot publish version {version}: latest is {latest} "
+                "(versions are immutable; publish a newer one)"
+            )
+        if self._previous is None and latest is not None:
+            self._load_previous(latest)
+        try:
+            return self._publish(version, state_dict)
+        except BaseException:
+            self._previous = None  # unknown state: rebuild the base from the store next time
+            raise
+
+    def held(self) -> Held | None:
+        """The last version this publisher wrote (or the store's latest), as a `have`.
+
+        A relay fetches from its origin with this and republishes into its region.
+        The tensors view the publisher's own buffers: read them, do not modify them.
+        """
+        if self._previous is None:
+            latest = self.latest()
+            if latest is None:
+                return None
+            self._load_previous(latest)
+        assert self._previous is not None
+        version, buffers = self._previous
+        return Held(version, {name: buf.tensor() for name, buf in buffers.items()})
+
+    def register_follower(self, name: str, version: int) -> None:
+        """Record that follower `name` holds `version`, so `gc` keeps the deltas it needs."""
+        record = {"version": version, "time": time.time()}
+        self.store.put(f"{FOLLOWERS_PREFIX}{name}.json", json.dumps(record).encode())
+
+    def followers(self, max_age_s: float | None = None) -> dict[str, FollowerState]:
+        """Followers' last heartbeats; with `max_age_s`, only those heard from since."""
+        now = time.time()
+        states = {}
+        for key in self.store.list(FOLLOWERS_PREFIX):
+            try:
+                record = json.loads(self.store.get(key))
+                state = FollowerState(int(record["version"]), float(record["time"]))
+            except (ObjectNotFound, ValueError, KeyError, TypeError):
+                continue  # removed meanwhile, or not ours
+            if max_age_s is None or now - state.time <= max_age_s:
+                states[key[len(FOLLOWERS_PREFIX) : -len(".json")]] = state
+        return states
+
+    def gc(self, keep_last: int = 8, follower_ttl_s: float = 600.0) -> list[int]:
+        """Delete old versions; returns the deleted version numbers.
+
+        Kept: the last `keep_last` committed versions, every version after the oldest one
+        a live follower (heartbeat within `follower_ttl_s`) holds, and back to the newest
+        full snapshot below all of those, so each kept version stays reconstructible.
+        Also removed: leftovers of publishes that died before committing.
+        """
+        latest = self.latest()
+        if latest is None:
+            return []
+        by_version: dict[int, list[str]] = {}
+        for key in self.store.list(PREFIX + "/"):
+            version = parse_version_key(key)
+            if version is not None:
+                by_version.setdefault(version, []).append(key)
+        committed = sorted(
+            v for v, keys in by_version.items() if v <= latest and manifest_key(v) in keys
+        )
+        if not committed:
+            return []
+        keep_from = committed[max(0, len(committed) - max(1, keep_last))]
+        for state in self.followers(max_age_s=follower_ttl_s).values():
+            keep_from = min(keep_from, state.version)
+        anchor = committed[0]
+        for version in reversed(committed):
+            if version <= keep_from and self.manifest(version).full:
+                anchor = version
+                break
+        doomed = sorted(
+            v
+            for v, keys in by_version.items()
+            if v < anchor or (v <= latest and manifest_key(v) not in keys)
+        )
+        # Manifests first: a version disappears whole before its data does.
+        self.store.delete([manifest_key(v) for v in doomed if manifest_key(v) in by_version[v]])
+        self.store.delete([k for v in doomed for k in by_version[v] if k != manifest_key(v)])
+        for version in doomed:
+            self._manifests.pop(version, None)
+        return doomed
+
+    # -- internals ----------------------------------------------------------------------
+
+    def _load_previous(self, version: int) -> None:
+        """After a restart: the store's latest becomes the base of the next delta."""
+        tensors = self.fetch(version).tensors
+        self._previous = (version, {name: Buffer.view_of(t) for name, t in tensors.items()})
+        self._last_full = None
+        manifest = self.manifest(version)  # the full snapshot schedule continues from here
+        while version - manifest.version < self.options.full_every:
+            if manifest.full:
+                self._last_full = manifest.version
+                break
+            if manifest.base is None:
+                break
+            try:
+                manifest = self.manifest(manifest.base)
+            except MissingWeights:
+                break
+
+    def _publish(self, version: int, state_dict: Mapping[str, torch.Tensor]) -> PublishResult:
+        start = time.perf_counter()
+        previous = self._previous
+        full = (
+            previous is None
+            or self._last_full is None
+            or version - self._last_full >= self.options.full_every
+        )
+        manifest = Manifest(
+            version=version,
+            base=previous[0] if previous is not None else None,
+            full=full,
+            created=time.time(),
+        )
+        deltas = DeltaWriter(self.store, manifest, self.options.shard_bytes)
+        snapshot = SnapshotWriter(self.store, manifest, self.options.shard_bytes)
+        buffers: dict[str, Buffer] = {}
+        first_of: dict[tuple[str, str, tuple[int, ...]], str] = {}  # content → first name
+        hash_s = encode_s = 0.0
+        elements = changed = 0
+        for name, tensor in state_dict.items():
+            given = Buffer.view_of(tensor)
+            shape = given.shape
+            clock = time.thread_time()
+            digest = content_hash(self.options.hash_name, given.raw)
+            hash_s += time.thread_time() - clock
+            entry = TensorEntry(dtype_name(given.dtype), list(shape), given.raw.nbytes, digest)
+            manifest.tensors[name] = entry
+            content = (digest, entry.dtype, shape)
+            if content in first_of:  # tied weights: store once
+                entry.alias = first_of[content]
+                buffers[name] = buffers[entry.alias]
+                continue
+            first_of[content] = name
+            elements += given.raw.size // given.dtype.itemsize
+            buffer = Buffer(given.raw.copy(), given.dtype, shape)  # ours: callers reuse theirs
+            buffers[name] = buffer
+            if previous is not None:
+                old = previous[1].get(name)
+                usable = old is not None and old.dtype == given.dtype and old.shape == shape
+                clock = time.thread_time()
+                encoded = codec.encode(
+                    buffer.words(), old.words() if usable else None, self.options.codec
+                )
+                encode_s += time.thread_time() - clock
+                changed += encoded.changed
+                blob = deltas.add(encoded.payload) if encoded.codec != "same" else None
+                entry.delta = DeltaEntry(encoded.codec, encoded.changed, blob)
+            if full:
+                snapshot.add(name, buffer.tensor())
+        deltas.close()
+        snapshot.close()
+        body = manifest.to_json()
+        self.store.put(manifest_key(version), body)
+        self.store.put(LATEST_KEY, f"{version}\n".encode())
+        self._previous = (version, buffers)
+        if full:
+            self._last_full = version
+        return PublishResult(
+            version=version,
+            base=manifest.base,
+            full=full,
+            delta_bytes=manifest.object_bytes("delta"),
+            full_bytes=manifest.object_bytes("full"),
+            manifest_bytes=len(body),
+            elements=elements,
+            changed=changed,
+            hash_s=hash_s,
+            encode_s=encode_s,
+            publish_s=time.perf_counter() - start,
+        )

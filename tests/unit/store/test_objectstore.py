@@ -1,0 +1,75 @@
+"""ObjectStore contract on a local folder and on SeaweedFS, and the throttled link."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+
+from fleetrl.store import ObjectNotFound, ThrottledStore
+
+
+def test_put_get_list_delete(location):
+    store = location.open()
+    assert store.list("weights/") == []
+    store.put("weights/v00000001/a.bin", b"a" * 10)
+    store.put("weights/v00000001/b.bin", b"")
+    store.put("weights/LATEST", b"1\n")
+    store.put("other/x", b"x")
+    assert store.get("weights/v00000001/a.bin") == b"a" * 10
+    assert store.get("weights/v00000001/b.bin") == b""
+    assert store.list("weights/") == [
+        "weights/LATEST",
+        "weights/v00000001/a.bin",
+        "weights/v00000001/b.bin",
+    ]
+    assert store.exists("weights/LATEST") and not store.exists("weights/nope")
+    store.put("weights/LATEST", b"2\n")  # replace
+    assert store.get("weights/LATEST") == b"2\n"
+    store.delete(["weights/v00000001/a.bin", "weights/v00000001/b.bin", "weights/missing"])
+    assert store.list("weights/") == ["weights/LATEST"]
+    with pytest.raises(ObjectNotFound, match=r"weights/v00000001/a\.bin"):
+        store.get("weights/v00000001/a.bin")
+
+
+def test_local_put_is_atomic_and_leaves_no_temporaries(tmp_path):
+    from fleetrl.store import open_store
+
+    store = open_store(f"file://{tmp_path}/s")
+    big = os.urandom(8 << 20)
+    seen: list[int] = []
+    stop = threading.Event()
+
+    def reader() -> None:  # a reader sees the old or the new object, never a part
+        while not stop.is_set():
+            try:
+                seen.append(len(store.get("k")))
+            except ObjectNotFound:
+                seen.append(-1)
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    for i in range(5):
+        store.put("k", big if i % 2 else b"small")
+    stop.set()
+    thread.join()
+    assert set(seen) <= {-1, len(b"small"), len(big)}
+    assert store.list("") == ["k"]
+    assert sorted(os.listdir(tmp_path / "s")) == ["k"]
+
+
+def test_throttled_store_counts_and_delays(location):
+    inner = location.open()
+    link = ThrottledStore(inner, bytes_per_s=1_000_000, latency_s=0.01)
+    start = time.perf_counter()
+    link.put("a", b"x" * 100_000)  # 0.1 s on the wire
+    assert link.get("a") == b"x" * 100_000
+    link.get("a")
+    elapsed = time.perf_counter() - start
+    assert elapsed >= 0.3
+    assert link.stats.bytes_up == 100_000
+    assert link.stats.bytes_down == 200_000
+    assert link.stats.reads["a"] == 2
+    assert link.stats.requests == 3
