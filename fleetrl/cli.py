@@ -212,6 +212,34 @@ def bench_weights(
     print_figures(result if as_json else flat_figures(result), "weight sync benchmark", as_json)
 
 
+@bench_app.command("pipeline")
+def bench_pipeline(
+    steps: Annotated[int, typer.Option(help="Optimizer steps per mode.")] = 8,
+    groups_per_step: Annotated[int, typer.Option(help="Groups per step (P).")] = 4,
+    group_size: Annotated[int, typer.Option(help="Samples per group (G).")] = 8,
+    max_staleness: Annotated[int, typer.Option(help="Staleness bound of the async run.")] = 2,
+    model: Annotated[str, typer.Option(help="Checkpoint directory, or `base`.")] = "base",
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
+) -> None:
+    """Synchronous vs asynchronous RL loop on one workload: samples/s, idle, staleness."""
+    if min(steps, groups_per_step) < 2 or group_size < 2 or max_staleness < 1:
+        raise fail(
+            "need --steps >= 2, --groups-per-step >= 2, --group-size >= 2, --max-staleness >= 1"
+        )
+    from fleetrl.orchestrate.bench import run_pipeline_bench
+    from fleetrl.rollout.evaluate import resolve_checkpoint
+
+    if not (resolve_checkpoint(model) / "config.json").is_file():
+        raise fail(f"{model} is not a checkpoint directory")
+    result = run_pipeline_bench(
+        steps, groups_per_step, group_size, max_staleness, model, not as_json
+    )
+    flat = {f"{mode}_{k}": v for mode in ("sync", "async") for k, v in result[mode].items()}
+    print_figures(
+        result if as_json else flat | {"speedup": result["speedup"]}, "pipeline benchmark", as_json
+    )
+
+
 def print_figures(result: dict, title: str, as_json: bool) -> None:
     """A benchmark's figures as JSON or as a two-column table."""
     if as_json:
