@@ -56,3 +56,26 @@ def test_train_runs_the_whole_loop(tmp_path):
     # A finished run is not overwritten.
     again = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     assert again.returncode == 2 and "finished run" in again.stderr
+
+
+def test_bench_pipeline_runs_sync_and_async(tmp_path):
+    tokenizer = bundled_tokenizer()
+    config = ModelConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+    )
+    save_pretrained(init_model(config), tmp_path / "m")
+    tokenizer.save(tmp_path / "m")
+    argv = [sys.executable, "-m", "fleetrl.cli", "bench", "pipeline", "--json", "--model"]
+    argv += [str(tmp_path / "m"), "--steps", "2", "--groups-per-step", "2", "--group-size", "2"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    figures = json.loads(done.stdout)
+    assert figures["sync"]["staleness_mean"] == 0  # the synchronous loop is never stale
+    assert figures["sync"]["samples"] == figures["async"]["samples"] == 8
+    assert figures["speedup"] > 0 and 0 <= figures["async"]["trainer_idle_frac"] <= 1
