@@ -5,26 +5,13 @@ import json
 import subprocess
 import sys
 
-from fleetrl.model import ModelConfig, bundled_tokenizer, init_model, save_pretrained
 from fleetrl.store.trajectories import TrajectoryChannel
 from fleetrl.store.weights import WeightStore
 
 
-def test_train_runs_the_whole_loop(tmp_path):
-    tokenizer = bundled_tokenizer()
-    config = ModelConfig(
-        vocab_size=tokenizer.vocab_size,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=16,
-    )
-    save_pretrained(init_model(config), tmp_path / "m")
-    tokenizer.save(tmp_path / "m")
+def test_train_runs_the_whole_loop(tmp_path, tiny_checkpoint):
     overrides = [
-        f"model.path={tmp_path / 'm'}", "trainer.steps=2", "trainer.groups_per_step=2",
+        f"model.path={tiny_checkpoint}", "trainer.steps=2", "trainer.groups_per_step=2",
         "rollout.group_size=2", "rollout.max_concurrent_groups=2", "eval.episodes=2",
         "eval.max_tasks=2", "eval.base=false",
     ]  # fmt: skip
@@ -58,21 +45,9 @@ def test_train_runs_the_whole_loop(tmp_path):
     assert again.returncode == 2 and "finished run" in again.stderr
 
 
-def test_bench_pipeline_runs_sync_and_async(tmp_path):
-    tokenizer = bundled_tokenizer()
-    config = ModelConfig(
-        vocab_size=tokenizer.vocab_size,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=16,
-    )
-    save_pretrained(init_model(config), tmp_path / "m")
-    tokenizer.save(tmp_path / "m")
+def test_bench_pipeline_runs_sync_and_async(tiny_checkpoint):
     argv = [sys.executable, "-m", "fleetrl.cli", "bench", "pipeline", "--json", "--model"]
-    argv += [str(tmp_path / "m"), "--steps", "2", "--groups-per-step", "2", "--group-size", "2"]
+    argv += [str(tiny_checkpoint), "--steps", "2", "--groups-per-step", "2", "--group-size", "2"]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     figures = json.loads(done.stdout)

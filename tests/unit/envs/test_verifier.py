@@ -1,7 +1,6 @@
 """The verifier grades honestly: gold patches score 1, documented cheats score 0 by name."""
 
 import json
-import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -18,17 +17,6 @@ from fleetrl.envs.verifier import (
 )
 
 TASK_ID = "micro-train-0007"  # nkims(j): Horner-style fold; bug: initial value 1 instead of 0
-
-
-@pytest.fixture(scope="module", autouse=True)
-def private_cache(tmp_path_factory):
-    old = os.environ.get("FLEETRL_CACHE")
-    os.environ["FLEETRL_CACHE"] = str(tmp_path_factory.mktemp("cache"))
-    yield
-    if old is None:
-        os.environ.pop("FLEETRL_CACHE")
-    else:
-        os.environ["FLEETRL_CACHE"] = old
 
 
 @pytest.fixture

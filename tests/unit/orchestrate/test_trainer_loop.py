@@ -7,11 +7,7 @@ import torch
 
 from fleetrl.config import load_config
 from fleetrl.model import (
-    ModelConfig,
-    bundled_tokenizer,
-    init_model,
     load_pretrained,
-    save_pretrained,
 )
 from fleetrl.store.trajectories import RegionReport, TrajectoryChannel
 from fleetrl.store.weights import WeightStore
@@ -19,21 +15,6 @@ from fleetrl.trainer.loop import run_trainer
 from fleetrl.types import Segment, Trajectory
 
 torch.set_num_threads(1)
-TOKENIZER = bundled_tokenizer()
-
-
-def make_base(path):
-    config = ModelConfig(
-        vocab_size=TOKENIZER.vocab_size,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=16,
-    )
-    save_pretrained(init_model(config, seed=0), path)
-    TOKENIZER.save(path)
 
 
 def sampled_group(seed: int, version: int = 0) -> list[Trajectory]:
@@ -55,7 +36,7 @@ def sampled_group(seed: int, version: int = 0) -> list[Trajectory]:
 def config_for(tmp_path, run, steps, max_staleness=10):
     overrides = {
         "name": run,
-        "model": {"path": str(tmp_path / "base")},
+        "model": {"path": str(tmp_path / "tiny-model")},
         "rollout": {"group_size": 2},
         "trainer": {"steps": steps, "groups_per_step": 2, "max_staleness": max_staleness,
                     "checkpoint_every": 1, "lr": 1e-3},
@@ -70,8 +51,7 @@ def feed(tmp_path, run, seeds, version=0):
         channel.append("r", sampled_group(seed, version), RegionReport("r", version))
 
 
-def test_resume_is_exact_and_nothing_is_trained_twice(tmp_path):
-    make_base(tmp_path / "base")
+def test_resume_is_exact_and_nothing_is_trained_twice(tmp_path, tiny_checkpoint):
     # Uninterrupted: 4 steps over 8 groups.
     feed(tmp_path, "straight", range(8))
     straight = run_trainer(config_for(tmp_path, "straight", 4), tmp_path / "straight")
@@ -86,7 +66,7 @@ def test_resume_is_exact_and_nothing_is_trained_twice(tmp_path):
     a = load_pretrained(tmp_path / "straight" / "final").state_dict()
     b = load_pretrained(tmp_path / "resumed" / "final").state_dict()
     assert all(torch.equal(a[name], b[name]) for name in a)
-    base = load_pretrained(tmp_path / "base").state_dict()
+    base = load_pretrained(tiny_checkpoint).state_dict()
     assert not torch.equal(a["model.norm.weight"], base["model.norm.weight"])  # it trained
 
     weights = WeightStore(str(tmp_path / "resumed" / "store"))
@@ -98,8 +78,7 @@ def test_resume_is_exact_and_nothing_is_trained_twice(tmp_path):
     assert (tmp_path / "resumed" / "final" / "tokenizer.json").is_file()
 
 
-def test_stale_groups_are_dropped_and_counted(tmp_path):
-    make_base(tmp_path / "base")
+def test_stale_groups_are_dropped_and_counted(tmp_path, tiny_checkpoint):
     feed(tmp_path, "stale", range(2))  # version 0: fine at step 1
     run_trainer(config_for(tmp_path, "stale", 1, max_staleness=0), tmp_path / "stale")
     feed(tmp_path, "stale", range(2, 4), version=0)  # now 1 version behind: dropped

@@ -1,9 +1,6 @@
 """Verified episodes and evaluation: scripted policies graded by the real verifier."""
 
 import asyncio
-import os
-
-import pytest
 
 from fleetrl.envs.tasks import get_task
 from fleetrl.model import Message, ToolCall, bundled_tokenizer
@@ -13,17 +10,6 @@ from fleetrl.rollout.worker import RolloutConfig, Rollouts
 from fleetrl.types import Completion, SamplingParams
 
 TOKENIZER = bundled_tokenizer()
-
-
-@pytest.fixture(scope="module", autouse=True)
-def private_cache(tmp_path_factory):
-    old = os.environ.get("FLEETRL_CACHE")
-    os.environ["FLEETRL_CACHE"] = str(tmp_path_factory.mktemp("cache"))
-    yield
-    if old is None:
-        os.environ.pop("FLEETRL_CACHE")
-    else:
-        os.environ["FLEETRL_CACHE"] = old
 
 
 class Fixer:
