@@ -77,6 +77,8 @@ class TrainerSection(_Section):
     """Behaviour/proximal importance weight: truncated (tis) or masked (mis)."""
     correction_cap: float = Field(2.0, gt=1)
     """C of TIS / MIS."""
+    kl_coef: float = Field(0.0, ge=0)
+    """β of a k3 KL penalty to the starting model (0: none, no reference model kept)."""
     norm_tokens: int = Field(256, ge=1)
     """Dr. GRPO's constant per-sample token denominator."""
     micro_batch_size: int = Field(16, ge=1)

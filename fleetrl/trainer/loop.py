@@ -106,6 +106,8 @@ def run_trainer(config: RunConfig, run_dir: Path, poll_s: float = 0.2) -> Traine
     base = resolve_checkpoint(config.model.path)
     model = load_pretrained(base, dtype=torch.float32)
     optimizer = torch.optim.AdamW(model.parameters(), lr=tc.lr, weight_decay=tc.weight_decay)
+    # The KL reference is the starting model, frozen (kept only when the loss needs it).
+    reference = load_pretrained(base, dtype=torch.float32) if tc.kl_coef > 0 else None
     state, pending = _resume(run_dir, model, optimizer)
     weights = WeightStore(
         store_url(config, run_dir), WeightStoreOptions(full_every=config.store.full_every)
@@ -119,6 +121,7 @@ def run_trainer(config: RunConfig, run_dir: Path, poll_s: float = 0.2) -> Traine
             clip_high=tc.clip_high,
             correction=tc.correction,
             correction_cap=tc.correction_cap,
+            kl_coef=tc.kl_coef,
             norm_tokens=tc.norm_tokens,
         ),
         advantage=tc.advantage,
@@ -149,7 +152,7 @@ def run_trainer(config: RunConfig, run_dir: Path, poll_s: float = 0.2) -> Traine
         state.skipped_groups += skipped
         metrics: dict[str, float] = {}
         if samples:
-            metrics = train_step(model, optimizer, samples, step_config)
+            metrics = train_step(model, optimizer, samples, step_config, reference)
         state.step += 1
         state.version += 1
         publish_start = time.monotonic()

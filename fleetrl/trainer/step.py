@@ -117,19 +117,31 @@ def train_step(
     optimizer: torch.optim.Optimizer,
     samples: list[TrainSample],
     config: StepConfig,
+    reference: Qwen3 | None = None,
 ) -> dict[str, float]:
-    """One optimizer step over `samples`; returns the step's metrics."""
+    """One optimizer step over `samples`; returns the step's metrics.
+
+    `reference` (a frozen model) is needed when the loss has a KL term (`kl_coef > 0`).
+    """
+    if config.loss.kl_coef > 0 and reference is None:
+        raise ValueError("kl_coef > 0 needs a reference model")
     start = time.perf_counter()
     model.train()
     mask_total = sum(sum(s.segment.loss_mask[1:]) for s in samples)
     normalizer = loss_normalizer(config.loss, len(samples), mask_total)
-    sums: dict[str, float] = {}
-    weights: dict[str, float] = {}
-    entropy_sum = 0.0
+    # Token-weighted sums of the loss's per-token statistics, and plain sums of the rest.
+    weighted: dict[str, float] = {}
+    loss_sum = entropy_sum = 0.0
     for first in range(0, len(samples), config.micro_batch_size):
-        micro = samples[first : first + config.micro_batch_size]
-        batch = collate(micro)
+        batch = collate(samples[first : first + config.micro_batch_size])
         logprobs, entropy = token_logprobs(model, batch.inputs, batch.targets, batch.routed_experts)
+        ref = None
+        if config.loss.kl_coef > 0 and reference is not None:
+            with torch.no_grad():
+                ref, _ = token_logprobs(
+                    reference, batch.inputs, batch.targets, batch.routed_experts
+                )
+        # One update per batch: the proximal policy is the current one, detached.
         out = policy_loss(
             logprobs,
             logprobs.detach(),
@@ -138,26 +150,33 @@ def train_step(
             batch.mask,
             config.loss,
             normalizer,
+            reference=ref,
         )
         out.loss.backward()
         tokens = float(batch.mask.sum())
-        entropy_sum += float((entropy * batch.mask).sum())
         for name, value in out.metrics.items():
-            # Token-level statistics are averaged by tokens; counts are summed.
-            weight = 1.0 if name == "loss_tokens" else tokens
-            sums[name] = sums.get(name, 0.0) + value * weight
-            weights[name] = weights.get(name, 0.0) + (0.0 if name == "loss_tokens" else tokens)
-        sums["loss"] = sums.get("loss", 0.0) + out.loss.item()
+            weighted[name] = weighted.get(name, 0.0) + value * (
+                1.0 if name == "loss_tokens" else tokens
+            )
+        loss_sum += out.loss.item()
+        entropy_sum += float((entropy * batch.mask).sum())
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     model.eval()
+    per_token = max(mask_total, 1)
     metrics = {
-        name: sums[name] / weights[name] if weights.get(name) else sums[name] for name in sums
+        name: value if name == "loss_tokens" else value / per_token
+        for name, value in weighted.items()
     }
+    advantages = torch.tensor([s.advantage for s in samples])
     metrics.update(
+        loss=loss_sum,
         grad_norm=float(grad_norm),
-        entropy=entropy_sum / max(mask_total, 1),
+        entropy=entropy_sum / per_token,
+        advantage_mean=float(advantages.mean()),
+        advantage_abs_mean=float(advantages.abs().mean()),
+        advantage_std=float(advantages.std()) if len(samples) > 1 else 0.0,
         train_tokens=float(mask_total),
         train_sequences=float(len(samples)),
         step_s=time.perf_counter() - start,

@@ -156,3 +156,16 @@ def test_train_step_raises_the_rewarded_answer(moe):
         after, _ = token_logprobs(model, batch.inputs, batch.targets, batch.routed_experts)
     gain = ((after - before) * batch.mask).sum(dim=1)
     assert gain[0] > 0 > gain[1]  # the rewarded answer got likelier, the other less likely
+
+
+def test_train_step_with_kl_needs_and_uses_a_reference():
+    model, reference = tiny_model(), tiny_model()
+    group = [trajectory(make_segment(model, [1, 2], [5, 6]), 1.0),
+             trajectory(make_segment(model, [1, 2], [7, 8]), 0.0)]  # fmt: skip
+    samples, _ = samples_from_groups([group], "drgrpo")
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    config = StepConfig(loss=LossConfig(kl_coef=0.1))
+    with pytest.raises(ValueError, match="reference"):
+        train_step(model, optimizer, samples, config)
+    metrics = train_step(model, optimizer, samples, config, reference)
+    assert metrics["advantage_abs_mean"] == 0.5 and metrics["grad_norm"] > 0
