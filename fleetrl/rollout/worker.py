@@ -12,6 +12,7 @@ what lets the engine batch their generations. Sandbox and verifier work runs in 
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from fleetrl.envs.harness import HarnessConfig, TokenPolicy, micro_harness, run_episode
@@ -35,9 +36,16 @@ class RolloutConfig:
 
 
 class Rollouts:
-    """Runs verified episodes of one policy, bounding how many run at once."""
+    """Runs verified episodes of one policy, bounding how many run at once.
+
+    Create it inside the running event loop: it gives the loop a thread pool sized for
+    the episodes, since every tool call, sandbox start and grading waits in a thread and
+    asyncio's default pool (a handful of threads) would queue them behind each other.
+    """
 
     def __init__(self, policy: TokenPolicy, tokenizer: Tokenizer, config: RolloutConfig) -> None:
+        workers = 2 * config.max_concurrent + config.max_concurrent_verify + 4
+        asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(workers))
         self.policy = policy
         self.tokenizer = tokenizer
         self.config = config
