@@ -16,6 +16,16 @@ from types import TracebackType
 from fleetrl.envs.sandbox.types import Change, ExecResult, Limits
 
 
+def command_argv(cmd: str | Sequence[str], timeout: float | None) -> list[str]:
+    """The argv `exec` runs (a string goes through bash), after checking its arguments."""
+    argv = ["/bin/bash", "-c", cmd] if isinstance(cmd, str) else list(cmd)
+    if not argv:
+        raise ValueError("exec needs a non-empty command")
+    if timeout is not None and not timeout > 0:
+        raise ValueError(f"exec timeout must be > 0 seconds, got {timeout!r}")
+    return argv
+
+
 class Sandbox(ABC):
     """A private copy-on-write workspace over a base directory, with a place to run tools."""
 

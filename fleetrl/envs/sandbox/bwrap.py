@@ -43,7 +43,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from functools import cache
 
 from fleetrl.envs.sandbox import changes, fs
-from fleetrl.envs.sandbox.base import Sandbox
+from fleetrl.envs.sandbox.base import Sandbox, command_argv
 from fleetrl.envs.sandbox.cgroups import JOIN_AND_EXEC, CommandCgroup, cgroup_parents, cleanup_stale
 from fleetrl.envs.sandbox.mounts import SandboxMounts, prepare_root, sandbox_root
 from fleetrl.envs.sandbox.process import run_captured
@@ -191,11 +191,7 @@ class BwrapSandbox(Sandbox):
         env: Mapping[str, str] | None = None,
     ) -> ExecResult:
         """Run `cmd` in a fresh bwrap over the workspace (see `Sandbox.exec`)."""
-        argv = ["/bin/bash", "-c", cmd] if isinstance(cmd, str) else list(cmd)
-        if not argv:
-            raise ValueError("exec needs a non-empty command")
-        if timeout is not None and not timeout > 0:
-            raise ValueError(f"exec timeout must be > 0 seconds, got {timeout!r}")
+        argv = command_argv(cmd, timeout)
         env_args: list[str] = []
         for key, value in {**self._env, **(env or {})}.items():
             if not key or "=" in key or "\0" in key + value:

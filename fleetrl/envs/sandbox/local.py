@@ -21,7 +21,7 @@ import weakref
 from collections.abc import Iterable, Mapping, Sequence
 
 from fleetrl.envs.sandbox import changes, fs
-from fleetrl.envs.sandbox.base import Sandbox
+from fleetrl.envs.sandbox.base import Sandbox, command_argv
 from fleetrl.envs.sandbox.process import run_captured
 from fleetrl.envs.sandbox.types import (
     Change,
@@ -62,11 +62,7 @@ class LocalSandbox(Sandbox):
         env: Mapping[str, str] | None = None,
     ) -> ExecResult:
         """Run `cmd` on the host with the copy as cwd (no isolation)."""
-        argv = ["/bin/bash", "-c", cmd] if isinstance(cmd, str) else list(cmd)
-        if not argv:
-            raise ValueError("exec needs a non-empty command")
-        if timeout is not None and not timeout > 0:
-            raise ValueError(f"exec timeout must be > 0 seconds, got {timeout!r}")
+        argv = command_argv(cmd, timeout)
         with self._lock:
             if self._closed:
                 raise SandboxError("sandbox is closed")
