@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make demo`: make the bundled tiny model, serve it, talk to it through the OpenAI client,
-# then run the engine benchmark. The model is random (training arrives with `fleetrl train`),
+# then run the engine benchmark. The model is random (the RL demo needs the shipped base model),
 # so its words are noise; what the demo shows is the serving path and the engine's speed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
