@@ -56,14 +56,12 @@ def model_init(
     from fleetrl.model import ModelConfig, bundled_tokenizer, init_model, save_pretrained
 
     tokenizer = bundled_tokenizer()
-    config = ModelConfig(
-        vocab_size=tokenizer.vocab_size,
-        hidden_size=hidden,
-        intermediate_size=3 * hidden,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
+    config = ModelConfig.small(
+        tokenizer.vocab_size,
+        hidden,
+        layers,
+        heads=heads,
         num_key_value_heads=kv_heads,
-        head_dim=hidden // heads,
         num_experts=experts if moe else 0,
         moe_intermediate_size=hidden,
         eos_token_id=tokenizer.eos_id,

@@ -201,15 +201,8 @@ def run_engine_bench(
 ) -> dict[str, float | int | str]:
     """Run both sides on one model and workload; return the figures (JSON-ready)."""
     torch.set_num_threads(config.threads)
-    hidden = config.hidden_size
-    model_config = ModelConfig(
-        vocab_size=config.vocab_size,
-        hidden_size=hidden,
-        intermediate_size=3 * hidden,
-        num_hidden_layers=config.num_hidden_layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=hidden // 4,
+    model_config = ModelConfig.small(
+        config.vocab_size, config.hidden_size, config.num_hidden_layers
     )
     model = init_model(model_config, seed=config.seed)
     work = make_workload(config)

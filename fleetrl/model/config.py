@@ -43,6 +43,23 @@ class ModelConfig:
     bos_token_id: int | None = None
     eos_token_id: int | None = None
 
+    @classmethod
+    def small(
+        cls, vocab_size: int, hidden_size: int, num_hidden_layers: int, heads: int = 4, **kw: Any
+    ) -> ModelConfig:
+        """The shape fleetrl uses for its own small models (base model, benchmarks): SwiGLU
+        width 3 x hidden, `heads` query heads sharing K/V in pairs, head_dim hidden/heads."""
+        shape = {
+            "vocab_size": vocab_size,
+            "hidden_size": hidden_size,
+            "intermediate_size": 3 * hidden_size,
+            "num_hidden_layers": num_hidden_layers,
+            "num_attention_heads": heads,
+            "num_key_value_heads": max(1, heads // 2),
+            "head_dim": hidden_size // heads,
+        }
+        return cls(**(shape | kw))
+
     @property
     def is_moe(self) -> bool:
         """True for the Qwen3-MoE variant."""

@@ -175,16 +175,7 @@ def flat_figures(result: dict[str, Any]) -> dict[str, float | int | str]:
 
 
 def _model_config(config: WeightsBenchConfig) -> ModelConfig:
-    hidden = config.hidden_size
-    return ModelConfig(
-        vocab_size=config.vocab_size,
-        hidden_size=hidden,
-        intermediate_size=3 * hidden,
-        num_hidden_layers=config.num_hidden_layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=hidden // 4,
-    )
+    return ModelConfig.small(config.vocab_size, config.hidden_size, config.num_hidden_layers)
 
 
 def _words(model: torch.nn.Module) -> dict[str, np.ndarray]:
