@@ -14,6 +14,7 @@ from typing import Annotated
 import typer
 
 from fleetrl.envs.tasks_cli import tasks_app
+from fleetrl.trainer.sft_cli import sft
 
 app = typer.Typer(
     help="fleetrl: asynchronous RL for specialised coding-agent models.",
@@ -26,6 +27,7 @@ bench_app = typer.Typer(help="Measure fleetrl's parts (results as a table or --j
 app.add_typer(model_app, name="model")
 app.add_typer(bench_app, name="bench")
 app.add_typer(tasks_app, name="tasks")
+app.command()(sft)
 
 
 def fail(message: str) -> typer.Exit:

@@ -1,0 +1,229 @@
+"""Supervised fine-tuning (SFT) on expert demonstrations: how the shipped base model is made.
+
+    demos (token ids + loss mask, as the harness recorded them)
+        ─▶ shuffled batches of whole episodes, right-padded          (an epoch = every demo once)
+        ─▶ forward ─▶ cross-entropy on the expert's tokens only      (loss_mask == 1)
+        ─▶ backward ─▶ clip ─▶ AdamW, linear warmup then cosine decay
+        ─▶ Hugging Face checkpoint (weights, tokenizer, sft.json with the run's figures)
+
+Only the replies (tool calls and their closing `<|im_end|>`) are targets: the prompt and the
+tool results are context the model reads, never text it should learn to write. The loss is
+the mean over target tokens of the batch, so long and short episodes weigh per token.
+
+Contract: the same demos, config, seed and thread count give the same weights on one
+machine (no dropout; batches are drawn from a seeded generator). The model trains in
+float32. Not covered: packing several episodes into one row, several processes, resuming an
+interrupted run (start again with `init` pointing at a saved step).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from fleetrl.model.checkpoint import save_pretrained
+from fleetrl.model.config import ModelConfig
+from fleetrl.model.qwen3 import Qwen3
+from fleetrl.model.tokenizer import Tokenizer
+from fleetrl.trainer.demos import Demo
+
+STATE_FILE = "sft.json"  # written beside the weights: config, data and loss figures of the run
+
+
+@dataclass
+class SFTConfig:
+    """The optimisation of one SFT run."""
+
+    steps: int = 800  # optimizer steps
+    batch_size: int = 32  # episodes per step
+    lr: float = 1e-3  # peak learning rate, reached after warmup
+    warmup_steps: int = 50  # linear ramp from 0 to `lr`
+    min_lr_ratio: float = 0.1  # the cosine decays to lr * this at the last step
+    weight_decay: float = 0.1  # AdamW; not applied to norms (1-d weights)
+    betas: tuple[float, float] = (0.9, 0.95)
+    max_grad_norm: float = 1.0
+    seed: int = 0  # batch order (and the initial weights when training from scratch)
+    log_every: int = 25  # steps between loss lines
+    save_every: int = 0  # also write OUT/step-NNNNNN/ every this many steps; 0 = only at the end
+
+
+@dataclass
+class SFTResult:
+    """What a run did, also written to `sft.json` in the checkpoint."""
+
+    steps: int
+    final_loss: float  # mean target-token loss over the last `log_every` steps
+    losses: list[tuple[int, float]] = field(default_factory=list)  # (step, mean loss) per log
+    target_tokens: int = 0  # tokens trained on (loss_mask == 1), all steps together
+    duration_s: float = 0.0
+    parameters: int = 0
+
+
+@dataclass
+class Batch:
+    """B right-padded episodes for teacher forcing. Shapes: [B, T], T = longest - 1."""
+
+    inputs: torch.Tensor  # token ids fed to the model (episode[:-1]; pad where absent)
+    targets: torch.Tensor  # the next token at each position (episode[1:])
+    mask: torch.Tensor  # 1.0 where the target is an expert token, 0.0 elsewhere and on pads
+
+
+def model_config(tokenizer: Tokenizer, hidden: int = 256, layers: int = 4) -> ModelConfig:
+    """A fresh model's shape. The defaults are the shipped base model: Qwen3, 4 layers of
+    width 256, 4 heads sharing 2 key/value heads, ~3.4 M parameters (~14 MB in float32),
+    the tokenizer's vocabulary, tied embeddings."""
+    return ModelConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=hidden,
+        intermediate_size=3 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=hidden // 4,
+        tie_word_embeddings=True,
+        eos_token_id=tokenizer.eos_id,
+    )
+
+
+def lr_at(step: int, config: SFTConfig) -> float:
+    """Learning rate of 0-based `step`: linear warmup, then cosine down to lr * min_lr_ratio."""
+    if step < config.warmup_steps:
+        return config.lr * (step + 1) / config.warmup_steps
+    span = max(config.steps - config.warmup_steps - 1, 1)
+    progress = min((step - config.warmup_steps) / span, 1.0)
+    floor = config.lr * config.min_lr_ratio
+    return floor + (config.lr - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def collate(demos: list[Demo], pad_id: int) -> Batch:
+    """Pad episodes to the longest and shift by one: position t predicts token t + 1."""
+    width = max(len(d.token_ids) for d in demos) - 1
+    inputs = torch.full((len(demos), width), pad_id, dtype=torch.long)
+    targets = torch.full((len(demos), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(demos), width))
+    for row, demo in enumerate(demos):
+        n = len(demo.token_ids) - 1
+        inputs[row, :n] = torch.tensor(demo.token_ids[:-1])
+        targets[row, :n] = torch.tensor(demo.token_ids[1:])
+        mask[row, :n] = torch.tensor(demo.loss_mask[1:], dtype=torch.float32)
+    return Batch(inputs, targets, mask)
+
+
+def sft_loss(model: Qwen3, batch: Batch) -> torch.Tensor:
+    """Mean cross-entropy of the expert's tokens (a scalar); padding sits after every real
+    token of its row, so causal attention keeps it from influencing them."""
+    logits = model(batch.inputs).logits  # [B, T, V]
+    per_token = F.cross_entropy(logits.transpose(1, 2), batch.targets, reduction="none")
+    return (per_token * batch.mask).sum() / batch.mask.sum().clamp(min=1.0)
+
+
+def _batches(demos: list[Demo], batch_size: int, seed: int) -> Iterator[list[Demo]]:
+    """Endless batches: each epoch a fresh seeded permutation of all demos."""
+    rng = random.Random(seed)
+    while True:
+        order = list(range(len(demos)))
+        rng.shuffle(order)
+        for i in range(0, len(order) - batch_size + 1, batch_size):
+            yield [demos[j] for j in order[i : i + batch_size]]
+        if len(order) < batch_size:  # fewer demos than a batch: every step takes them all
+            yield [demos[j] for j in order]
+
+
+def _optimizer(model: Qwen3, config: SFTConfig) -> torch.optim.AdamW:
+    """AdamW with weight decay on matrices only (norm gains stay free, as is customary)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in params if p.dim() >= 2]
+    no_decay = [p for p in params if p.dim() < 2]
+    groups = [
+        {"params": decay, "weight_decay": config.weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(groups, lr=config.lr, betas=config.betas)
+
+
+def save_checkpoint(
+    model: Qwen3, tokenizer: Tokenizer, path: Path, state: dict[str, object]
+) -> None:
+    """Write a loadable Hugging Face checkpoint plus `sft.json` describing the run."""
+    save_pretrained(model, path)
+    tokenizer.save(path)
+    (path / STATE_FILE).write_text(json.dumps(state, indent=2) + "\n")
+
+
+def train_sft(
+    model: Qwen3,
+    demos: list[Demo],
+    tokenizer: Tokenizer,
+    out: Path,
+    config: SFTConfig,
+    about: dict[str, object] | None = None,
+    progress: bool = True,
+    echo: Callable[[str], None] = print,
+) -> SFTResult:
+    """Fine-tune `model` on `demos` in place and save it to `out` (HF layout).
+
+    `about` (e.g. the command and the demo statistics) is recorded in `sft.json` with the
+    config and the loss curve; `echo` receives the periodic loss lines.
+    """
+    if not demos:
+        raise ValueError("no demonstrations to train on")
+    torch.manual_seed(config.seed)
+    model.train()
+    optimizer = _optimizer(model, config)
+    batches = _batches(demos, config.batch_size, config.seed)
+    result = SFTResult(steps=0, final_loss=float("nan"))
+    result.parameters = sum(p.numel() for p in model.parameters())
+    window: list[float] = []
+    start = time.monotonic()
+
+    def state() -> dict[str, object]:
+        return {"about": about or {}, "config": asdict(config), "result": asdict(result)}
+
+    columns = [
+        TextColumn("sft"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("loss {task.fields[loss]}"),
+        TimeRemainingColumn(),
+    ]
+    with Progress(*columns, disable=not progress, transient=True) as bar:
+        bar_task = bar.add_task("sft", total=config.steps, loss="-")
+        for step in range(config.steps):
+            batch = collate(next(batches), tokenizer.pad_id)
+            for group in optimizer.param_groups:
+                group["lr"] = lr_at(step, config)
+            loss = sft_loss(model, batch)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+            optimizer.step()
+            window.append(loss.item())
+            result.steps = step + 1
+            result.target_tokens += int(batch.mask.sum().item())
+            bar.update(bar_task, advance=1, loss=f"{loss.item():.3f}")
+            if result.steps % config.log_every == 0 or result.steps == config.steps:
+                mean = sum(window) / len(window)
+                result.losses.append((result.steps, mean))
+                result.final_loss, window = mean, []
+                elapsed = time.monotonic() - start
+                echo(
+                    f"step {result.steps}/{config.steps}  loss {mean:.4f}  "
+                    f"lr {lr_at(step, config):.2e}  {elapsed:.0f} s"
+                )
+            every = config.save_every
+            if every and result.steps % every == 0 and result.steps < config.steps:
+                result.duration_s = time.monotonic() - start
+                save_checkpoint(model, tokenizer, out / f"step-{result.steps:06d}", state())
+    result.duration_s = time.monotonic() - start
+    model.eval()
+    save_checkpoint(model, tokenizer, out, state())
+    return result
