@@ -32,6 +32,7 @@ def test_cli_surface_is_frozen():
         "verify",
         "eval",
         "train",
+        "sft",
     }
     result = runner.invoke(app, ["model", "--help"])
     assert result.exit_code == 0 and "init" in result.output
