@@ -153,6 +153,9 @@ class BwrapSandbox(Sandbox):
             "LANG": "C.UTF-8",
             "TERM": "dumb",
             "USER": "root",
+            # An edit that keeps a file's size within the second of its cached bytecode
+            # would otherwise run the stale .pyc: agents edit and re-test that fast.
+            "PYTHONDONTWRITEBYTECODE": "1",
         }
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)

@@ -72,7 +72,12 @@ class LocalSandbox(Sandbox):
                 timeout=self.limits.wall_s if timeout is None else timeout,
                 max_output_bytes=self.limits.max_output_bytes,
                 kill=_kill_group,
-                env={**os.environ, "HOME": self.dir, **(env or {})},
+                env={
+                    **os.environ,
+                    "HOME": self.dir,
+                    "PYTHONDONTWRITEBYTECODE": "1",  # see BwrapSandbox: no stale .pyc
+                    **(env or {}),
+                },
                 cwd=self.workdir,
                 on_start=self._started,
             )

@@ -73,6 +73,8 @@ def test_exec_runs_commands_in_the_workspace(base: Path, backend: str) -> None:
         # The host's Python and the project's pytest are usable inside.
         failing = sb.exec("python -m pytest -q -p no:cacheprovider tests")
         assert failing.exit_code == 1 and "1 failed" in failing.stdout
+        # No bytecode is cached: a same-size edit within the same second must not run stale.
+        assert sb.exec("find . -name '*.pyc'").stdout == ""
         sb.write_file("pkg/calc.py", "def add(a, b):\n    return a + b\n")
         assert sb.exec("python -m pytest -q -p no:cacheprovider tests").ok
 
