@@ -37,6 +37,7 @@ from fleetrl.model.tokenizer import Tokenizer
 from fleetrl.trainer.demos import Demo
 
 STATE_FILE = "sft.json"  # written beside the weights: config, data and loss figures of the run
+BUCKET = 8  # batches per length-sorting window (see _batches)
 
 
 @dataclass
@@ -52,6 +53,10 @@ class SFTConfig:
     betas: tuple[float, float] = (0.9, 0.95)
     max_grad_norm: float = 1.0
     seed: int = 0  # batch order (and the initial weights when training from scratch)
+    # Matmuls in bfloat16 under autocast, weights and optimizer state in float32: 2x faster
+    # on CPUs with AVX512-BF16 (measured here), slower on CPUs without it. Off by default
+    # so that the shipped base model's recipe reproduces on any CPU.
+    bf16: bool = False
     log_every: int = 25  # steps between loss lines
     save_every: int = 0  # also write OUT/step-NNNNNN/ every this many steps; 0 = only at the end
 
@@ -118,24 +123,34 @@ def collate(demos: list[Demo], pad_id: int) -> Batch:
     return Batch(inputs, targets, mask)
 
 
-def sft_loss(model: Qwen3, batch: Batch) -> torch.Tensor:
+def sft_loss(model: Qwen3, batch: Batch, bf16: bool = False) -> torch.Tensor:
     """Mean cross-entropy of the expert's tokens (a scalar); padding sits after every real
-    token of its row, so causal attention keeps it from influencing them."""
-    logits = model(batch.inputs).logits  # [B, T, V]
-    per_token = F.cross_entropy(logits.transpose(1, 2), batch.targets, reduction="none")
+    token of its row, so causal attention keeps it from influencing them. `bf16` runs the
+    forward under bfloat16 autocast; the loss itself is computed in float32."""
+    device = batch.inputs.device.type
+    with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
+        logits = model(batch.inputs).logits  # [B, T, V]
+    per_token = F.cross_entropy(logits.float().transpose(1, 2), batch.targets, reduction="none")
     return (per_token * batch.mask).sum() / batch.mask.sum().clamp(min=1.0)
 
 
 def _batches(demos: list[Demo], batch_size: int, seed: int) -> Iterator[list[Demo]]:
-    """Endless batches: each epoch a fresh seeded permutation of all demos."""
+    """Endless batches: each epoch a fresh seeded permutation of all demos. Within windows
+    of BUCKET batches, demos of similar length share a batch (padding cost ~17% of the
+    compute without it, ~3% with it); the batches of a window come in random order."""
     rng = random.Random(seed)
     while True:
         order = list(range(len(demos)))
         rng.shuffle(order)
-        for i in range(0, len(order) - batch_size + 1, batch_size):
-            yield [demos[j] for j in order[i : i + batch_size]]
         if len(order) < batch_size:  # fewer demos than a batch: every step takes them all
             yield [demos[j] for j in order]
+            continue
+        window = batch_size * BUCKET
+        for start in range(0, len(order), window):
+            chunk = sorted(order[start : start + window], key=lambda j: len(demos[j].token_ids))
+            batches = [chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size)]
+            rng.shuffle(batches)
+            yield from ([demos[j] for j in batch] for batch in batches if len(batch) == batch_size)
 
 
 def _optimizer(model: Qwen3, config: SFTConfig) -> torch.optim.AdamW:
@@ -201,7 +216,7 @@ def train_sft(
             batch = collate(next(batches), tokenizer.pad_id)
             for group in optimizer.param_groups:
                 group["lr"] = lr_at(step, config)
-            loss = sft_loss(model, batch)
+            loss = sft_loss(model, batch, config.bf16)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)

@@ -31,6 +31,14 @@ def sft(
     warmup: Annotated[int, typer.Option(help="Linear warmup steps before the cosine.")] = 50,
     seed: Annotated[int, typer.Option(help="Seed of the initial weights and batch order.")] = 0,
     threads: Annotated[int, typer.Option(help="torch CPU threads.")] = 2,
+    bf16: Annotated[
+        bool,
+        typer.Option(
+            "--bf16/--fp32",
+            help="Matmuls in bfloat16 (autocast; float32 weights): about 2x faster on CPUs "
+            "with AVX512-BF16, slower on CPUs without it.",
+        ),
+    ] = False,
     init: Annotated[
         Path | None,
         typer.Option(help="Start from this checkpoint (and its tokenizer) instead of scratch."),
@@ -123,6 +131,7 @@ def sft(
         lr=lr,
         warmup_steps=min(warmup, steps - 1),
         seed=seed,
+        bf16=bf16,
         log_every=log_every,
         save_every=save_every,
     )

@@ -20,6 +20,7 @@ from fleetrl.trainer.demos import Demo, generate_demos
 from fleetrl.trainer.sft import (
     STATE_FILE,
     SFTConfig,
+    _batches,
     collate,
     lr_at,
     model_config,
@@ -72,6 +73,18 @@ def test_collate_shifts_and_masks():
     assert batch.mask.tolist() == [[1, 1, 0, 0], [0, 1, 0, 1]]
 
 
+def test_batches_cover_an_epoch_once_and_group_similar_lengths():
+    demos = [Demo(str(i), "fix", [1] * (5 + (i * 37) % 50), [1]) for i in range(203)]
+    batches = _batches(demos, batch_size=8, seed=0)
+    epoch = [next(batches) for _ in range(203 // 8)]
+    ids = [d.task_id for batch in epoch for d in batch]
+    assert len(ids) == len(set(ids)) == 200  # the 3 left over sit out this epoch
+    spread = [max(len(d.token_ids) for d in b) - min(len(d.token_ids) for d in b) for b in epoch]
+    assert sum(spread) / len(spread) < 10  # vs ~40 for random batches of these lengths
+    again = _batches(demos, batch_size=8, seed=0)
+    assert [d.task_id for d in next(again)] == [d.task_id for d in epoch[0]]
+
+
 def test_loss_ignores_padding_and_context_tokens():
     model = init_model(model_config(TOKENIZER, hidden=32, layers=1), seed=0)
     demo = Demo("a", "fix", [5, 6, 7, 8, 9], [0, 0, 1, 1, 1])
@@ -83,6 +96,17 @@ def test_loss_ignores_padding_and_context_tokens():
         logprobs = torch.log_softmax(logits, -1).gather(-1, batch.targets[..., None])[..., 0]
     padded_row = -(logprobs[0] * batch.mask[0]).sum() / 3
     assert padded_row.item() == pytest.approx(alone.item(), abs=1e-5)
+
+
+def test_bf16_loss_is_close_to_float32_and_has_float32_gradients():
+    model = init_model(model_config(TOKENIZER, hidden=32, layers=1), seed=0)
+    batch = collate([Demo("a", "fix", [5, 6, 7, 8, 9], [0, 0, 1, 1, 1])], TOKENIZER.pad_id)
+    fp32 = sft_loss(model, batch)
+    bf16 = sft_loss(model, batch, bf16=True)
+    assert bf16.dtype == torch.float32
+    assert bf16.item() == pytest.approx(fp32.item(), rel=2e-2)
+    bf16.backward()
+    assert all(p.grad is None or p.grad.dtype == torch.float32 for p in model.parameters())
 
 
 def tiny_run(demos, out: Path, seed: int = 0):
