@@ -18,7 +18,8 @@ writes one line per test phase, each signed with a per-run key that the plugin r
 from the environment before any test module is imported. Lines with a bad signature are
 ignored; a test without a passing record counts as not passed.
 
-What is not covered: tests that need the network or services; non-pytest test runners.
+What is not covered: tests that need the network or services; non-pytest test runners;
+tests that need third-party pytest plugins (only pytest's own plugins are loaded).
 """
 
 from __future__ import annotations
@@ -187,11 +188,15 @@ def _run_hidden_tests(
             env = {
                 "PYTHONPATH": str(plugin),
                 "PYTHONDONTWRITEBYTECODE": "1",
+                # Only pytest's own plugins and the report plugin: whatever the host's
+                # Python has installed (hypothesis, anyio, ...) is not the task's, and
+                # loading it doubled the cost of a grading (0.28 s -> 0.13 s per run).
+                "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
                 "FLEETRL_REPORT_KEY": key,
                 "FLEETRL_REPORT_PATH": report,
             }
             argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
-            argv += ["-p", "no:hypothesispytest", "-p", module, "--", *tests]
+            argv += ["-p", module, "--", *tests]
             run = sandbox.exec(argv, timeout=timeout, env=env)
             written = sandbox.exec(["cat", report])
     finally:
