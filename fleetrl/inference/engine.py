@@ -20,13 +20,22 @@ teams' spinning threads fight over the cores.) A step holds the loop for its dur
 Routing of the last generated token of an MoE request: the token is fed through the model
 in one extra step (a "flush") so its experts are known too.
 
-Not covered: paged attention, prefix caching, speculative decoding, tensor parallelism.
+Prefix cache: a finished request's keys and values are parked in a spare cache slot. A
+later prompt that starts with the same tokens (an agent's next turn repeats the whole
+conversation so far) copies the shared prefix from there and prefills only the rest. A
+weight update empties the parked slots, so a reused prefix was computed by the weights
+that now sample. A prompt that continues a parked request whole frees its slot (the
+request parks again when it finishes); otherwise the least recently used slot is
+overwritten first. Park at least as many slots as sessions run at once.
+
+Not covered: paged attention, speculative decoding, tensor parallelism.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import time
 from dataclasses import dataclass, field
 
@@ -49,6 +58,8 @@ class EngineStats:
     decode_steps: int = 0
     weight_updates: int = 0
     last_update_pause_s: float = 0.0  # decoding stood still this long for the last swap
+    prompt_tokens: int = 0  # prompt tokens of admitted requests
+    prefix_hit_tokens: int = 0  # of those, copied from the prefix cache instead of computed
 
 
 @dataclass
@@ -61,10 +72,34 @@ class _Request:
     out: Completion
     length: int = 0  # positions held in the KV cache
     finished: bool = False  # sampling is over; an MoE request still flushes once
+    reuse_slot: int = -1  # parked slot its prompt's first `reuse` positions are copied from
+    reuse: int = 0
+    reuse_routed: list[list[list[int]]] | None = None  # MoE routing of those positions
 
     def needs_input(self) -> bool:
         """Whether the last sampled token still has to go through the model."""
         return self.length < len(self.prompt_ids) + len(self.out.token_ids)
+
+
+@dataclass
+class _Parked:
+    """A finished request's cache slot, kept for prompts that repeat its tokens."""
+
+    tokens: list[int]  # the tokens whose keys/values the slot holds, position by position
+    routed: list[list[list[int]]] | None  # MoE routing of those positions
+    last_used: int
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    """Length of the longest common prefix (list slices compare in C; binary search)."""
+    low, high = 0, min(len(a), len(b))
+    while low < high:
+        mid = (low + high + 1) // 2
+        if a[:mid] == b[:mid]:
+            low = mid
+        else:
+            high = mid - 1
+    return low
 
 
 @dataclass
@@ -92,10 +127,16 @@ class Engine:
         version: int = 0,
         seed: int = 0,
         max_prefill_tokens: int = 4096,
+        prefix_cache_slots: int | None = None,
     ) -> None:
+        """`prefix_cache_slots`: finished requests kept for prefix reuse (default: as many
+        as `max_batch_size`; 0 turns the prefix cache off)."""
         self.model = model.eval()
         self.config = model.config
         self.max_batch_size = max_batch_size
+        self.prefix_cache_slots = (
+            max_batch_size if prefix_cache_slots is None else prefix_cache_slots
+        )
         self.max_prefill_tokens = max_prefill_tokens  # padded prompt tokens per prefill
         self.max_model_len = max_model_len or min(self.config.max_position_embeddings, 4096)
         self.version = version
@@ -104,7 +145,7 @@ class Engine:
         # One spare position so the last token of a full-length request can still be flushed.
         self.cache = KVCache(
             self.config.num_hidden_layers,
-            max_batch_size,
+            max_batch_size + self.prefix_cache_slots,
             self.config.num_key_value_heads,
             self.max_model_len + 1,
             self.config.head_dim,
@@ -114,6 +155,8 @@ class Engine:
         self.stats = EngineStats(version=version)
         self._shared_rng = torch.Generator(device=self.device).manual_seed(seed)
         self._queues = _Queues()
+        self._parked: dict[int, _Parked] = {}  # by cache slot, past the running slots
+        self._clock = itertools.count()
         self._wake: asyncio.Event | None = None
         self._loop_task: asyncio.Task[None] | None = None
 
@@ -236,6 +279,7 @@ class Engine:
         params = self.model.state_dict()
         for name, tensor in update.state_dict.items():
             params[name].copy_(tensor)
+        self._parked.clear()
         self.version = update.version
         pause = time.perf_counter() - start
         self.stats.version = update.version
@@ -247,18 +291,50 @@ class Engine:
         """Take waiting requests for the free slots, up to one prefill's token budget."""
         q = self._queues
         admitted: list[_Request] = []
-        width = 0
+        width = start = 0  # the prefill's padded width and its rows' largest start
         while q.waiting and len(q.running) + len(admitted) < self.max_batch_size:
             request = q.waiting[0]
             if request.future.done():  # cancelled by its caller
                 q.waiting.pop(0)
                 continue
-            new_width = max(width, len(request.prompt_ids))
-            if admitted and new_width * (len(admitted) + 1) > self.max_prefill_tokens:
+            self._find_prefix(request)
+            new_width = max(width, len(request.prompt_ids) - request.reuse)
+            new_start = max(start, request.reuse)
+            if admitted and (
+                new_width * (len(admitted) + 1) > self.max_prefill_tokens
+                or new_start + new_width > self.cache.max_len  # padding must fit every slot
+            ):
                 break
             admitted.append(q.waiting.pop(0))
-            width = new_width
+            width, start = new_width, new_start
         return admitted
+
+    def _find_prefix(self, request: _Request) -> None:
+        """Point `request` at the parked slot sharing the longest prefix with its prompt."""
+        request.reuse_slot, request.reuse, request.reuse_routed = -1, 0, None
+        for slot, parked in self._parked.items():
+            # At least one prompt token is computed: its logits sample the first token.
+            shared = min(
+                _common_prefix(parked.tokens, request.prompt_ids), len(request.prompt_ids) - 1
+            )
+            if shared > request.reuse:
+                request.reuse_slot, request.reuse = slot, shared
+                request.reuse_routed = parked.routed[:shared] if parked.routed else None
+
+    def _park(self, slot: int, request: _Request) -> None:
+        """Keep a finished request's slot for prefix reuse (overwriting the least recent)."""
+        if not self.prefix_cache_slots:
+            return
+        spare = range(self.max_batch_size, self.max_batch_size + self.prefix_cache_slots)
+        free = [s for s in spare if s not in self._parked]
+        target = free[0] if free else min(self._parked, key=lambda s: self._parked[s].last_used)
+        self.cache.copy(slot, target, request.length)
+        out = request.out
+        routed = None
+        if out.routed_experts is not None:
+            routed = [*(out.prompt_routed_experts or []), *out.routed_experts][: request.length]
+        tokens = [*request.prompt_ids, *out.token_ids][: request.length]
+        self._parked[target] = _Parked(tokens, routed, next(self._clock))
 
     @torch.inference_mode()
     def _prefill(self, requests: list[_Request]) -> None:
@@ -268,19 +344,30 @@ class Engine:
         them until the request's own tokens overwrite them.
         """
         first = len(self._queues.running)
-        lengths = [len(r.prompt_ids) for r in requests]
+        for i, request in enumerate(requests):
+            if request.reuse:
+                self.cache.copy(request.reuse_slot, first + i, request.reuse)
+                parked = self._parked.get(request.reuse_slot)
+                if parked is not None and request.reuse == len(parked.tokens):
+                    del self._parked[request.reuse_slot]  # continued: it parks again at the end
+                elif parked is not None:
+                    parked.last_used = next(self._clock)
+            self.stats.prompt_tokens += len(request.prompt_ids)
+            self.stats.prefix_hit_tokens += request.reuse
+        rest = [r.prompt_ids[r.reuse :] for r in requests]
+        lengths = [len(ids) for ids in rest]
         width = max(lengths)
-        ids = torch.tensor(
-            [r.prompt_ids + [0] * (width - len(r.prompt_ids)) for r in requests],
-            device=self.device,
-        )
-        starts = torch.zeros(len(requests), dtype=torch.long, device=self.device)
+        ids = torch.tensor([ids + [0] * (width - len(ids)) for ids in rest], device=self.device)
+        starts = torch.tensor([r.reuse for r in requests], device=self.device)
         self.cache.begin(slice(first, first + len(requests)), starts, width)
         out = self.model(ids, kv_cache=self.cache, return_routed_experts=self.config.is_moe)
         for i, request in enumerate(requests):
-            request.length = lengths[i]
+            request.length = len(request.prompt_ids)
             if out.routed_experts is not None:
-                request.out.prompt_routed_experts = out.routed_experts[i, : lengths[i]].tolist()
+                request.out.prompt_routed_experts = [
+                    *(request.reuse_routed or []),
+                    *out.routed_experts[i, : lengths[i]].tolist(),
+                ]
         last = torch.tensor([n - 1 for n in lengths], device=self.device)
         rows = torch.arange(len(requests), device=self.device)
         self._record_samples(requests, out.logits[rows, last])
@@ -336,6 +423,7 @@ class Engine:
                 i += 1
                 continue
             if not request.future.done():
+                self._park(i, request)
                 request.future.set_result(request.out)
             last = len(running) - 1
             if i != last:

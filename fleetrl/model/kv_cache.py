@@ -12,7 +12,8 @@ values and returns the keys/values visible to the batch plus the attention mask.
     engine ──begin(rows, starts)──▶ KVCache ◀──update(layer, k, v)── each attention layer
 
 Slot contents past a row's length are stale data from earlier requests; the mask hides
-them. Not covered: paging, prefix sharing, or eviction (a slot is owned by one request).
+them. Prefix sharing copies a slot's first positions into another (`copy`). Not covered:
+paging (a slot is owned by one request and holds `max_len` positions).
 """
 
 from __future__ import annotations
@@ -77,6 +78,11 @@ class KVCache:
                 kc[b, :, start : start + new_len] = k[b]
                 vc[b, :, start : start + new_len] = v[b]
         return kc[:, :, : self.visible], vc[:, :, : self.visible], self.mask
+
+    def copy(self, src: int, dst: int, length: int) -> None:
+        """Copy the first `length` positions of slot `src` into slot `dst`."""
+        self.k[:, dst, :, :length] = self.k[:, src, :, :length]
+        self.v[:, dst, :, :length] = self.v[:, src, :, :length]
 
     def move(self, src: int, dst: int) -> None:
         """Copy slot `src` into slot `dst` (the engine packs running requests to the front)."""

@@ -16,10 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from fleetrl.envs.tasks import load_tasks
-from fleetrl.inference.engine import Engine
 from fleetrl.model.checkpoint import load_pretrained
 from fleetrl.model.tokenizer import Tokenizer
-from fleetrl.rollout.worker import RolloutConfig, Rollouts
+from fleetrl.rollout.worker import RolloutConfig, Rollouts, rollout_engine
 from fleetrl.types import SamplingParams, Task, Trajectory
 
 BASE_MODEL = Path(__file__).resolve().parent.parent / "model" / "assets" / "base"
@@ -116,7 +115,7 @@ def evaluate_checkpoint(
     config = replace(config, harness=replace(config.harness, sampling=sampling))
 
     async def run() -> EvalResult:
-        engine = Engine(model, max_batch_size=config.max_concurrent, seed=seed)
+        engine = rollout_engine(model, config, seed)
         try:
             return await evaluate_policy(Rollouts(engine, tokenizer, config), tasks, samples)
         finally:

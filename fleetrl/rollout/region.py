@@ -33,11 +33,10 @@ import torch
 
 from fleetrl.config import RunConfig
 from fleetrl.envs.tasks import load_tasks
-from fleetrl.inference.engine import Engine
 from fleetrl.model.checkpoint import load_pretrained
 from fleetrl.model.tokenizer import Tokenizer
 from fleetrl.rollout.evaluate import resolve_checkpoint
-from fleetrl.rollout.worker import RolloutConfig, Rollouts
+from fleetrl.rollout.worker import RolloutConfig, Rollouts, rollout_engine
 from fleetrl.store.follower import WeightFollower
 from fleetrl.store.objectstore import ObjectNotFound
 from fleetrl.store.trajectories import RegionReport, TrajectoryChannel
@@ -102,15 +101,12 @@ class Region:
             await asyncio.sleep(0.2)
         checkpoint = resolve_checkpoint(self.config.model.path)
         tokenizer = Tokenizer.from_pretrained(checkpoint)
-        engine = Engine(
-            load_pretrained(checkpoint, dtype=torch.float32),
-            max_batch_size=rc.group_size * rc.max_concurrent_groups,
-            max_model_len=RolloutConfig().harness.max_context + 8,
-            seed=self.config.trainer.seed,
-        )
+        config = rollout_config(self.config)
+        model = load_pretrained(checkpoint, dtype=torch.float32)
+        engine = rollout_engine(model, config, self.config.trainer.seed)
         follower = WeightFollower(self.weights, engine, self.name, poll_s=0.2)
         await follower.sync_once()
-        rollouts = Rollouts(engine, tokenizer, rollout_config(self.config))
+        rollouts = Rollouts(engine, tokenizer, config)
         stop = asyncio.Event()
         following = asyncio.create_task(follower.run(stop))
         in_flight: set[asyncio.Task[list[Trajectory]]] = set()

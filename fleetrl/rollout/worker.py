@@ -19,6 +19,8 @@ from fleetrl.envs.harness import HarnessConfig, TokenPolicy, micro_harness, run_
 from fleetrl.envs.sandbox import Limits, open_sandbox
 from fleetrl.envs.tasks import ensure_repo
 from fleetrl.envs.verifier import sandbox_changes, verify
+from fleetrl.inference.engine import Engine
+from fleetrl.model.qwen3 import Qwen3
 from fleetrl.model.tokenizer import Tokenizer
 from fleetrl.types import Task, Trajectory
 
@@ -33,6 +35,19 @@ class RolloutConfig:
     verify_timeout_s: float = 60.0  # the hidden tests' wall-time limit
     max_concurrent: int = 32  # episodes in flight at once (generation batches across them)
     max_concurrent_verify: int = 4  # gradings at once (each starts pytest in a sandbox)
+
+
+def rollout_engine(model: Qwen3, config: RolloutConfig, seed: int = 0) -> Engine:
+    """An engine sized for `config`: a decode slot and a prefix-cache slot per episode in
+    flight (each turn continues its episode's previous one), contexts of the harness's
+    window."""
+    return Engine(
+        model,
+        max_batch_size=config.max_concurrent,
+        max_model_len=config.harness.max_context + 8,  # + room for the reply's stop token
+        seed=seed,
+        prefix_cache_slots=config.max_concurrent,
+    )
 
 
 class Rollouts:

@@ -132,8 +132,10 @@ def train_step(
     # Token-weighted sums of the loss's per-token statistics, and plain sums of the rest.
     weighted: dict[str, float] = {}
     loss_sum = entropy_sum = 0.0
-    for first in range(0, len(samples), config.micro_batch_size):
-        batch = collate(samples[first : first + config.micro_batch_size])
+    # Micro-batches of similar lengths pad less; the gradient is a sum, so order is free.
+    by_length = sorted(samples, key=lambda s: len(s.segment.token_ids))
+    for first in range(0, len(by_length), config.micro_batch_size):
+        batch = collate(by_length[first : first + config.micro_batch_size])
         logprobs, entropy = token_logprobs(model, batch.inputs, batch.targets, batch.routed_experts)
         ref = None
         if config.loss.kl_coef > 0 and reference is not None:

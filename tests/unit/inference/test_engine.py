@@ -213,3 +213,97 @@ def test_weight_update_rejects_bad_state_without_changing_anything():
     assert engine.version == 0
     for name, tensor in model.state_dict().items():
         assert torch.equal(tensor, before[name]), name
+
+
+async def conversations(engine: Engine, turns: int, sessions: int, seed: int = 0):
+    """Agent-like sessions: each turn's prompt is the last prompt + reply + new tokens."""
+    rng = random.Random(seed)
+
+    async def session(prompt: list[int]) -> list[Completion]:
+        done = []
+        for _ in range(turns):
+            params = SamplingParams(temperature=0.8, max_tokens=rng.randint(1, 12))
+            completion = await engine.generate(prompt, params)
+            done.append(completion)
+            tool_result = [rng.randrange(VOCAB) for _ in range(rng.randint(1, 9))]
+            prompt = prompt + completion.token_ids + tool_result
+        return done
+
+    try:
+        shared = [7, 7, 7, 7]  # a common system prompt
+        prompts = [shared + p for p in random_prompts(sessions, seed=seed)]
+        return [c for s in await asyncio.gather(*map(session, prompts)) for c in s]
+    finally:
+        await engine.close()
+
+
+@pytest.mark.parametrize(
+    ("moe", "slots"), [(False, 8), (True, 8), (False, 3)], ids=["dense", "moe", "evicting"]
+)
+def test_prefix_cache_reuses_earlier_turns_exactly(moe, slots):
+    model = tiny_model(moe)
+    engine = Engine(model, max_batch_size=3, max_model_len=256, prefix_cache_slots=slots)
+    completions = run(conversations(engine, turns=4, sessions=7))
+    off = Engine(model, max_batch_size=3, max_model_len=256, prefix_cache_slots=0)
+    run(conversations(off, turns=4, sessions=7))
+    assert off.stats.prefix_hit_tokens == 0
+    computed = engine.stats.prompt_tokens - engine.stats.prefix_hit_tokens
+    if slots >= 7:  # a slot per session: every later turn reuses its whole conversation
+        assert computed < off.stats.prompt_tokens / 3
+    else:  # sessions evict each other; whatever is reused must still be exact
+        assert 0 < engine.stats.prefix_hit_tokens
+    for completion in completions:
+        expected, routed = teacher_forced(model, completion, temperature=0.8)
+        assert (expected - torch.tensor(completion.logprobs)).abs().max().item() <= 1e-5
+        if moe:
+            n = len(completion.prompt_ids)
+            assert completion.prompt_routed_experts == routed[0, :n].tolist()
+            assert completion.routed_experts == routed[0, n:].tolist()
+
+
+def test_prefix_cache_is_cleared_by_weight_updates():
+    model = tiny_model()
+    engine = Engine(model, max_batch_size=3, max_model_len=256)
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+
+    async def scenario():
+        first = await engine.generate([1, 2, 3, 4, 5], SamplingParams(max_tokens=4))
+        again = first.prompt_ids + first.token_ids + [9]
+        await engine.update_weights(state, version=1)
+        await engine.generate(again, SamplingParams(max_tokens=2))
+        hits_after_update = engine.stats.prefix_hit_tokens
+        await engine.generate(again + [8], SamplingParams(max_tokens=2))
+        await engine.close()
+        return hits_after_update
+
+    assert run(scenario()) == 0  # the parked keys came from the old weights
+    assert engine.stats.prefix_hit_tokens == 10  # the next turn reused all of `again`
+
+
+def test_prefix_cache_mixes_long_reuse_and_long_prompts_in_one_prefill():
+    # A long reused prefix and a long fresh prompt admitted together must still fit the
+    # cache slot once padded to the same width.
+    model = tiny_model()
+    engine = Engine(model, max_batch_size=4, max_model_len=64, prefix_cache_slots=2)
+    long_prompt = list(range(1, 50))
+
+    async def scenario():
+        first = await engine.generate(long_prompt, SamplingParams(max_tokens=5))
+        follow_up = first.prompt_ids + first.token_ids + [3]
+        fresh = [list(range(100, 100 + 40 + i)) for i in range(3)]
+        return await asyncio.gather(
+            engine.generate(follow_up, SamplingParams(max_tokens=3)),
+            *(engine.generate(p, SamplingParams(max_tokens=3)) for p in fresh),
+        )
+
+    async def guarded():
+        try:
+            return await scenario()
+        finally:
+            await engine.close()
+
+    completions = run(guarded())
+    assert engine.stats.prefix_hit_tokens >= 53
+    for completion in completions:
+        expected, _ = teacher_forced(model, completion)
+        assert (expected - torch.tensor(completion.logprobs)).abs().max().item() <= 1e-5
