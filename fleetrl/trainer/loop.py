@@ -127,6 +127,7 @@ def run_trainer(config: RunConfig, run_dir: Path, poll_s: float = 0.2) -> Traine
         advantage=tc.advantage,
         micro_batch_size=tc.micro_batch_size,
         max_grad_norm=tc.max_grad_norm,
+        bf16=tc.bf16,
     )
     logger = MetricsLogger(run_dir / "metrics.jsonl")
     last_step_end = time.monotonic()

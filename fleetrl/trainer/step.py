@@ -32,6 +32,9 @@ class StepConfig:
     advantage: Estimator = "drgrpo"
     micro_batch_size: int = 8  # sequences per forward/backward (memory, not math)
     max_grad_norm: float = 1.0
+    # Matmuls in bfloat16 (autocast; master weights, logprobs and loss stay float32): about
+    # 2x faster on CPUs with AVX512-BF16, at the price of more measured mismatch.
+    bf16: bool = False
 
 
 @dataclass
@@ -100,11 +103,17 @@ def collate(samples: list[TrainSample], pad_id: int = 0) -> SequenceBatch:
 
 
 def token_logprobs(
-    model: Qwen3, inputs: torch.Tensor, targets: torch.Tensor, routed: torch.Tensor | None
+    model: Qwen3,
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    routed: torch.Tensor | None,
+    bf16: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """log π(target | prefix) [B, T] with the engine's routing replayed, and the entropy
-    of each position's distribution [B, T] (no gradient)."""
-    logits = model(inputs, routed_experts=routed).logits.float()
+    of each position's distribution [B, T] (no gradient). `bf16`: see StepConfig."""
+    with torch.autocast(inputs.device.type, dtype=torch.bfloat16, enabled=bf16):
+        logits = model(inputs, routed_experts=routed).logits
+    logits = logits.float()
     logprobs = torch.log_softmax(logits, dim=-1)
     chosen = logprobs.gather(-1, targets[..., None]).squeeze(-1)
     with torch.no_grad():
@@ -136,12 +145,14 @@ def train_step(
     by_length = sorted(samples, key=lambda s: len(s.segment.token_ids))
     for first in range(0, len(by_length), config.micro_batch_size):
         batch = collate(by_length[first : first + config.micro_batch_size])
-        logprobs, entropy = token_logprobs(model, batch.inputs, batch.targets, batch.routed_experts)
+        logprobs, entropy = token_logprobs(
+            model, batch.inputs, batch.targets, batch.routed_experts, config.bf16
+        )
         ref = None
         if config.loss.kl_coef > 0 and reference is not None:
             with torch.no_grad():
                 ref, _ = token_logprobs(
-                    reference, batch.inputs, batch.targets, batch.routed_experts
+                    reference, batch.inputs, batch.targets, batch.routed_experts, config.bf16
                 )
         # One update per batch: the proximal policy is the current one, detached.
         out = policy_loss(

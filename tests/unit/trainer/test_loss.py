@@ -169,3 +169,22 @@ def test_train_step_with_kl_needs_and_uses_a_reference():
         train_step(model, optimizer, samples, config)
     metrics = train_step(model, optimizer, samples, config, reference)
     assert metrics["advantage_abs_mean"] == 0.5 and metrics["grad_norm"] > 0
+
+
+def test_bf16_train_step_measures_its_mismatch_and_still_learns():
+    model = tiny_model()
+    group = [trajectory(make_segment(model, [1, 2], [5, 6, 7]), 1.0),
+             trajectory(make_segment(model, [1, 2], [9, 9, 9]), 0.0)]  # fmt: skip
+    samples, _ = samples_from_groups([group], "drgrpo")
+    batch = collate(samples)
+    with torch.no_grad():
+        before, _ = token_logprobs(model, batch.inputs, batch.targets, batch.routed_experts)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    metrics = train_step(model, optimizer, samples, StepConfig(bf16=True))
+    # bfloat16 matmuls against a float32 engine: a mismatch that is measured, not hidden.
+    assert 1e-5 < metrics["mismatch_abs_logprob"] < 0.1
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    with torch.no_grad():
+        after, _ = token_logprobs(model, batch.inputs, batch.targets, batch.routed_experts)
+    gain = ((after - before) * batch.mask).sum(dim=1)
+    assert gain[0] > 0 > gain[1]
