@@ -345,6 +345,7 @@ def eval_command(
             temperature=temperature,
             seed=seed,
             max_tasks=max_tasks or None,
+            progress=None if as_json else f"evaluating {checkpoint}",
         )
     except (TaskError, CheckpointError, FileNotFoundError) as err:
         raise fail(str(err)) from None

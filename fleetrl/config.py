@@ -42,7 +42,7 @@ class TasksSection(_Section):
 class RolloutSection(_Section):
     group_size: int = Field(8, ge=2)
     """Samples per task drawn together; advantages compare samples of one group."""
-    max_concurrent_groups: int = Field(6, ge=1)
+    max_concurrent_groups: int = Field(8, ge=1)
     """Groups a region runs at once (C of the admission gate)."""
     temperature: float = Field(1.0, gt=0)
     """Sampling temperature of rollouts."""
@@ -55,14 +55,15 @@ class RolloutSection(_Section):
 
 
 class TrainerSection(_Section):
-    steps: int = Field(30, ge=1)
+    steps: int = Field(24, ge=1)
     """Optimizer steps (= policy versions published after the first)."""
-    groups_per_step: int = Field(6, ge=1)
+    groups_per_step: int = Field(12, ge=1)
     """Groups per optimizer step (P); a batch is P x group_size samples."""
-    max_staleness: int = Field(2, ge=0)
+    max_staleness: int = Field(1, ge=0)
     """Versions a token may lag the trainer; older groups are dropped (0: synchronous)."""
-    lr: float = Field(2e-4, gt=0)
-    """AdamW learning rate."""
+    lr: float = Field(2e-5, gt=0)
+    """AdamW learning rate. On the shipped base model 1e-4 and above made held-out pass@1
+    worse within 24 steps (docs/benchmarks.md)."""
     weight_decay: float = Field(0.0, ge=0)
     """AdamW weight decay."""
     max_grad_norm: float = Field(1.0, gt=0)
@@ -89,9 +90,10 @@ class TrainerSection(_Section):
     """Seed of the trainer's and regions' random choices."""
     threads: int = Field(1, ge=1)
     """torch CPU threads of the trainer."""
-    bf16: bool = False
-    """Trainer matmuls in bfloat16 (float32 master weights): ~2x faster on CPUs with
-    AVX512-BF16 or on GPUs; the engine/trainer mismatch it adds is measured and corrected."""
+    bf16: bool | None = None
+    """Trainer matmuls in bfloat16 (float32 master weights; the mismatch it adds is measured
+    and corrected). Unset: on where bfloat16 is fast (CUDA, CPUs with AVX512-BF16 or AMX),
+    where it is about 2x faster; off elsewhere."""
 
 
 class StoreSection(_Section):

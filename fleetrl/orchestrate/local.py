@@ -109,8 +109,11 @@ def _eval_cache_key(checkpoint: Path, config: RunConfig) -> str:
     return digest.hexdigest()[:24]
 
 
-def evaluate(checkpoint: Path, config: RunConfig, cache: bool) -> EvalResult:
-    """Held-out pass@1 of a checkpoint (cached by weights and settings when `cache`)."""
+def evaluate(
+    checkpoint: Path, config: RunConfig, cache: bool, progress: str | None = None
+) -> EvalResult:
+    """Held-out pass@1 of a checkpoint (cached by weights and settings when `cache`);
+    `progress`: a progress bar's label."""
     path = cache_dir() / "evals" / f"{_eval_cache_key(checkpoint, config)}.json"
     if cache and path.is_file():
         return EvalResult(**json.loads(path.read_text()))
@@ -124,6 +127,7 @@ def evaluate(checkpoint: Path, config: RunConfig, cache: bool) -> EvalResult:
         temperature=config.rollout.temperature,
         seed=config.trainer.seed,
         max_tasks=config.eval.max_tasks or None,
+        progress=progress,
     )
     if cache:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -157,7 +161,8 @@ def run_local(config: RunConfig, run_dir: Path, regions: int = 1, progress: bool
         evaluated.append(("final", config.trainer.steps, run_dir / "final", False))
         with MetricsLogger(run_dir / "metrics.jsonl") as log:
             for label, step, checkpoint, cache in evaluated:
-                result = evaluate(checkpoint, config, cache=cache).to_json()
+                label_bar = f"evaluating {label} on {config.eval.split}" if progress else None
+                result = evaluate(checkpoint, config, cache, label_bar).to_json()
                 summary[label] = result
                 figures = {k: v for k, v in result.items() if isinstance(v, int | float)}
                 log.log("eval", step, figures | {"model": label})

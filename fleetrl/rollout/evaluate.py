@@ -11,9 +11,12 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from fleetrl.envs.tasks import load_tasks
 from fleetrl.model.checkpoint import load_pretrained
@@ -83,12 +86,23 @@ def summarise(trajectories: list[Trajectory], tasks: int, duration_s: float) -> 
 
 
 async def evaluate_policy(
-    rollouts: Rollouts, tasks: list[Task], samples_per_task: int
+    rollouts: Rollouts,
+    tasks: list[Task],
+    samples_per_task: int,
+    on_episode: Callable[[Trajectory], None] | None = None,
 ) -> EvalResult:
-    """Run and grade `samples_per_task` episodes of every task."""
+    """Run and grade `samples_per_task` episodes of every task (`on_episode` is called as
+    each one is graded, e.g. to advance a progress bar)."""
     start = time.monotonic()
+
+    async def graded(task: Task) -> Trajectory:
+        trajectory = await rollouts.run_one(task)
+        if on_episode is not None:
+            on_episode(trajectory)
+        return trajectory
+
     episodes = [task for task in tasks for _ in range(samples_per_task)]
-    trajectories = await rollouts.run_episodes(episodes)
+    trajectories = list(await asyncio.gather(*map(graded, episodes)))
     return summarise(trajectories, len(tasks), time.monotonic() - start)
 
 
@@ -102,9 +116,11 @@ def evaluate_checkpoint(
     seed: int = 0,
     config: RolloutConfig | None = None,
     max_tasks: int | None = None,
+    progress: str | None = None,
 ) -> EvalResult:
     """pass@1 of a checkpoint directory over at least `min_episodes` episodes of a split
-    (of its first `max_tasks` tasks, when given)."""
+    (of its first `max_tasks` tasks, when given). `progress`: show a progress bar with
+    this label."""
     tasks = load_tasks(suite=None if tasks_dir else suite, tasks_dir=tasks_dir, split=split)
     tasks = tasks[:max_tasks] if max_tasks else tasks
     samples = max(1, math.ceil(min_episodes / len(tasks)))
@@ -114,11 +130,24 @@ def evaluate_checkpoint(
     sampling = SamplingParams(temperature=temperature)
     config = replace(config, harness=replace(config.harness, sampling=sampling))
 
-    async def run() -> EvalResult:
+    async def run(on_episode: Callable[[Trajectory], None] | None) -> EvalResult:
         engine = rollout_engine(model, config, seed)
         try:
-            return await evaluate_policy(Rollouts(engine, tokenizer, config), tasks, samples)
+            rollouts = Rollouts(engine, tokenizer, config)
+            return await evaluate_policy(rollouts, tasks, samples, on_episode)
         finally:
             await engine.close()
 
-    return asyncio.run(run())
+    if progress is None:
+        return asyncio.run(run(None))
+    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn()]
+    with Progress(*columns, TextColumn("pass {task.fields[passed]}"), TimeElapsedColumn()) as bar:
+        job = bar.add_task(progress, total=samples * len(tasks), passed=0)
+        passed = 0
+
+        def advance(trajectory: Trajectory) -> None:
+            nonlocal passed
+            passed += trajectory.reward >= 1.0
+            bar.update(job, advance=1, passed=passed)
+
+        return asyncio.run(run(advance))

@@ -4,8 +4,8 @@
          ─▶ verify (pristine copy, hidden tests, anti-cheat, tool log) ─▶ Trajectory.reward
 
 `run_group` draws N samples of one task at once (a group, the unit of group-relative
-advantages); `run_episodes` runs many episodes concurrently against one policy, which is
-what lets the engine batch their generations. Sandbox and verifier work runs in threads
+advantages); many episodes run concurrently against one policy, which is what lets the
+engine batch their generations. Sandbox and verifier work runs in threads
 (it waits on processes); the policy runs on the event loop.
 """
 
@@ -95,7 +95,3 @@ class Rollouts:
     async def run_group(self, task: Task, samples: int, group_id: str) -> list[Trajectory]:
         """`samples` concurrent episodes of one task sharing `group_id`."""
         return list(await asyncio.gather(*(self.run_one(task, group_id) for _ in range(samples))))
-
-    async def run_episodes(self, tasks: list[Task]) -> list[Trajectory]:
-        """One episode per entry of `tasks` (repeat a task to sample it again), in order."""
-        return list(await asyncio.gather(*(self.run_one(task) for task in tasks)))

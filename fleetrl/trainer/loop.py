@@ -62,6 +62,17 @@ def staleness(record: GroupRecord, version: int) -> int:
     return version - oldest
 
 
+def fast_bf16() -> bool:
+    """Whether bfloat16 matmuls beat float32 here: on CUDA, or a CPU with AVX512-BF16/AMX."""
+    if torch.cuda.is_available():
+        return True
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
 def _checkpoint(run_dir: Path, model, optimizer, state: TrainerState, pending) -> None:
     path = run_dir / "checkpoints" / f"step_{state.step:06d}"
     save_pretrained(model, path)
@@ -127,7 +138,7 @@ def run_trainer(config: RunConfig, run_dir: Path, poll_s: float = 0.2) -> Traine
         advantage=tc.advantage,
         micro_batch_size=tc.micro_batch_size,
         max_grad_norm=tc.max_grad_norm,
-        bf16=tc.bf16,
+        bf16=fast_bf16() if tc.bf16 is None else tc.bf16,
     )
     logger = MetricsLogger(run_dir / "metrics.jsonl")
     last_step_end = time.monotonic()
