@@ -219,6 +219,13 @@ def bench_pipeline(
     group_size: Annotated[int, typer.Option(help="Samples per group (G).")] = 8,
     max_staleness: Annotated[int, typer.Option(help="Staleness bound of the async run.")] = 2,
     model: Annotated[str, typer.Option(help="Checkpoint directory, or `base`.")] = "base",
+    env_latency: Annotated[
+        float,
+        typer.Option(
+            help="Mean simulated environment wait per tool turn in seconds (log-normal, "
+            "p99 ~10x the median): the long tail of production episodes. 0: none."
+        ),
+    ] = 1.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
 ) -> None:
     """Synchronous vs asynchronous RL loop on one workload: samples/s, idle, staleness."""
@@ -226,13 +233,15 @@ def bench_pipeline(
         raise fail(
             "need --steps >= 2, --groups-per-step >= 2, --group-size >= 2, --max-staleness >= 1"
         )
+    if env_latency < 0:
+        raise fail("need --env-latency >= 0")
     from fleetrl.orchestrate.bench import run_pipeline_bench
     from fleetrl.rollout.evaluate import resolve_checkpoint
 
     if not (resolve_checkpoint(model) / "config.json").is_file():
         raise fail(f"{model} is not a checkpoint directory")
     result = run_pipeline_bench(
-        steps, groups_per_step, group_size, max_staleness, model, not as_json
+        steps, groups_per_step, group_size, max_staleness, model, not as_json, env_latency
     )
     flat = {f"{mode}_{k}": v for mode in ("sync", "async") for k, v in result[mode].items()}
     print_figures(

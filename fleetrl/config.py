@@ -52,6 +52,8 @@ class RolloutSection(_Section):
     """Gradings at once per region (each runs pytest in a sandbox)."""
     threads: int = Field(1, ge=1)
     """torch CPU threads of a region's engine."""
+    env_latency_s: float = Field(0.0, ge=0)
+    """Benchmarks only: simulated environment wait per tool turn (log-normal, this mean)."""
 
 
 class TrainerSection(_Section):

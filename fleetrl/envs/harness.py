@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
+import random
 import time
 import uuid
 from dataclasses import dataclass, field, replace
@@ -62,6 +64,9 @@ class HarnessConfig:
     wall_s: float = 300.0  # wall time per episode; checked between turns
     sampling: SamplingParams = field(default_factory=SamplingParams)  # max_tokens/stops set here
     tool_limits: ToolLimits = field(default_factory=ToolLimits)
+    # Benchmarks only: a simulated environment wait after each turn's tools, log-normal with
+    # this mean (p99 ~10x the median), like slow test suites and remote tools in production.
+    env_latency_s: float = 0.0
 
 
 def micro_harness() -> HarnessConfig:
@@ -154,6 +159,11 @@ class _SegmentBuilder:
         return seg
 
 
+def environment_latency(mean_s: float) -> float:
+    """A long-tailed wait (log-normal, sigma 1) with mean `mean_s` seconds."""
+    return random.lognormvariate(math.log(mean_s) - 0.5, 1.0)
+
+
 async def run_tool_calls(
     sandbox: Sandbox,
     calls: list[ToolCall],
@@ -215,6 +225,8 @@ async def run_episode(
             sandbox, reply.tool_calls, turns, config.tool_limits, log
         )
         tool_errors += len(reply.errors) + sum(o.error for o in outcomes)
+        if config.env_latency_s > 0:
+            await asyncio.sleep(environment_latency(config.env_latency_s))
         if finished:
             reason = "finish"
             break

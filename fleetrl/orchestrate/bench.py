@@ -60,8 +60,13 @@ def run_pipeline_bench(
     max_staleness: int = 2,
     model: str = "base",
     progress: bool = True,
+    env_latency_s: float = 1.0,
 ) -> dict[str, Any]:
-    """Run sync then async; return both sides' figures and `speedup` (async / sync)."""
+    """Run sync then async; return both sides' figures and `speedup` (async / sync).
+
+    Both runs may keep (max_staleness + 1) batches of groups in flight (the synchronous
+    one's admission never uses more than one); `env_latency_s` adds the long-tailed
+    environment waits of production episodes (see HarnessConfig.env_latency_s)."""
     result: dict[str, Any] = {}
     for mode, staleness in (("sync", 0), ("async", max_staleness)):
         overrides = {
@@ -72,7 +77,11 @@ def run_pipeline_bench(
                 "groups_per_step": groups_per_step,
                 "max_staleness": staleness,
             },
-            "rollout": {"group_size": group_size, "max_concurrent_groups": groups_per_step},
+            "rollout": {
+                "group_size": group_size,
+                "max_concurrent_groups": groups_per_step * (max_staleness + 1),
+                "env_latency_s": env_latency_s,
+            },
             "eval": {"enabled": False},
         }
         config = load_config(overrides=overrides)
@@ -87,5 +96,6 @@ def run_pipeline_bench(
         "group_size": group_size,
         "max_staleness": max_staleness,
         "model": model,
+        "env_latency_s": env_latency_s,
     }
     return result

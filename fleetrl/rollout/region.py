@@ -49,7 +49,11 @@ def rollout_config(config: RunConfig) -> RolloutConfig:
     """The RolloutConfig a region runs with."""
     rc = config.rollout
     base = RolloutConfig()
-    harness = replace(base.harness, sampling=SamplingParams(temperature=rc.temperature))
+    harness = replace(
+        base.harness,
+        sampling=SamplingParams(temperature=rc.temperature),
+        env_latency_s=rc.env_latency_s,
+    )
     return replace(
         base,
         harness=harness,

@@ -3,6 +3,7 @@ the token invariants, and an OpenAI-compatible endpoint."""
 
 import asyncio
 import json
+import random
 import socket
 import threading
 import time
@@ -12,7 +13,12 @@ import torch
 import uvicorn
 from fastapi import FastAPI
 
-from fleetrl.envs.harness import HarnessConfig, run_episode, run_episode_openai
+from fleetrl.envs.harness import (
+    HarnessConfig,
+    environment_latency,
+    run_episode,
+    run_episode_openai,
+)
 from fleetrl.envs.sandbox import open_sandbox
 from fleetrl.inference import Engine
 from fleetrl.model import Message, ModelConfig, ToolCall, bundled_tokenizer, encode_chat, init_model
@@ -268,3 +274,10 @@ def test_openai_endpoint_episode(repo):
     tool_messages = [m for m in seen[1]["messages"] if m["role"] == "tool"]
     assert "not valid JSON" in tool_messages[0]["content"]
     assert tool_messages[0]["tool_call_id"] == "c-read_file"
+
+
+def test_simulated_environment_latency_is_long_tailed_with_the_given_mean():
+    random.seed(0)
+    waits = sorted(environment_latency(0.5) for _ in range(20000))
+    assert sum(waits) / len(waits) == pytest.approx(0.5, rel=0.05)
+    assert 7 < waits[int(0.99 * len(waits))] / waits[len(waits) // 2] < 14  # p99 / p50

@@ -251,7 +251,7 @@ def test_prefix_cache_reuses_earlier_turns_exactly(moe, slots):
     if slots >= 7:  # a slot per session: every later turn reuses its whole conversation
         assert computed < off.stats.prompt_tokens / 3
     else:  # sessions evict each other; whatever is reused must still be exact
-        assert 0 < engine.stats.prefix_hit_tokens
+        assert engine.stats.prefix_hit_tokens > 0
     for completion in completions:
         expected, routed = teacher_forced(model, completion, temperature=0.8)
         assert (expected - torch.tensor(completion.logprobs)).abs().max().item() <= 1e-5
@@ -272,7 +272,7 @@ def test_prefix_cache_is_cleared_by_weight_updates():
         await engine.update_weights(state, version=1)
         await engine.generate(again, SamplingParams(max_tokens=2))
         hits_after_update = engine.stats.prefix_hit_tokens
-        await engine.generate(again + [8], SamplingParams(max_tokens=2))
+        await engine.generate([*again, 8], SamplingParams(max_tokens=2))
         await engine.close()
         return hits_after_update
 
