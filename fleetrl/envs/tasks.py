@@ -29,10 +29,10 @@ import hashlib
 import io
 import json
 import os
-import shutil
 import subprocess
 import tarfile
 import tempfile
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -355,10 +355,21 @@ def _head(repo: Path) -> str | None:
         return None
 
 
+_repo_locks: dict[Path, threading.Lock] = {}
+_repo_locks_guard = threading.Lock()
+
+
+def _repo_lock(repo: Path) -> threading.Lock:
+    with _repo_locks_guard:
+        return _repo_locks.setdefault(repo, threading.Lock())
+
+
 def ensure_repo(task: Task) -> Path:
     """The task's repository, written first if it belongs to a bundled suite and is missing.
 
     A cached repository whose HEAD is not `base_commit` (a stale cache) is rewritten.
+    Safe to call from many threads and processes at once (a group's episodes all ask for
+    the same repository on first use).
     """
     repo = Path(task.repo)
     if _head(repo) == task.base_commit:
@@ -367,22 +378,29 @@ def ensure_repo(task: Task) -> Path:
         raise TaskError(f"{task.instance_id}: repository {repo} is missing or not at base_commit")
     suite = _SUITES[task.suite]
     repo.parent.mkdir(parents=True, exist_ok=True)
-    # Build beside the target and rename into place, so a concurrent reader never sees a
-    # half-written repository; whoever renames first wins.
-    with tempfile.TemporaryDirectory(dir=repo.parent, prefix=".tmp-") as tmp:
-        staging = Path(tmp) / "repo"
-        staging.mkdir()
-        suite.materialise(task, staging)
-        sha = commit_all(staging)
-        if sha != task.base_commit:
-            raise TaskError(f"{task.instance_id}: suite wrote commit {sha}, expected base_commit")
-        if repo.exists():
-            shutil.rmtree(repo)
-        try:
-            staging.rename(repo)
-        except OSError:
-            if _head(repo) != task.base_commit:
-                raise
+    with _repo_lock(repo):  # threads of this process build it once
+        if _head(repo) == task.base_commit:
+            return repo
+        # Build beside the target and rename into place, so a concurrent reader never sees
+        # a half-written repository; between processes, whoever renames first wins.
+        with tempfile.TemporaryDirectory(dir=repo.parent, prefix=".tmp-") as tmp:
+            staging = Path(tmp) / "repo"
+            staging.mkdir()
+            suite.materialise(task, staging)
+            sha = commit_all(staging)
+            if sha != task.base_commit:
+                raise TaskError(
+                    f"{task.instance_id}: suite wrote commit {sha}, expected base_commit"
+                )
+            if _head(repo) == task.base_commit:  # another process was faster
+                return repo
+            if repo.exists():  # stale: moved aside whole, removed with the temporary folder
+                repo.rename(Path(tmp) / "stale")
+            try:
+                staging.rename(repo)
+            except OSError:
+                if _head(repo) != task.base_commit:
+                    raise
     return repo
 
 

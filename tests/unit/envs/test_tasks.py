@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -179,6 +181,21 @@ def test_ensure_repo_writes_once_and_repairs_a_stale_cache() -> None:
     ensure_repo(task)  # HEAD moved: rewritten from scratch
     assert tasks_mod.git(repo, "log", "--format=%H").split() == [task.base_commit]
     assert not (repo / "junk.txt").exists()
+
+
+def test_ensure_repo_from_many_threads_at_first_use() -> None:
+    # A group's episodes all ask for their task's repository at once on a fresh machine.
+    task = get_task("micro-train-0006")
+    shutil.rmtree(task.repo, ignore_errors=True)
+
+    def use() -> str:
+        repo = ensure_repo(task)
+        return tasks_mod.git(repo, "rev-parse", "HEAD").strip()
+
+    with ThreadPoolExecutor(8) as pool:
+        heads = list(pool.map(lambda _: use(), range(16)))
+    assert heads == [task.base_commit] * 16
+    assert [p.name for p in Path(task.repo).parent.iterdir() if p.name.startswith(".tmp-")] == []
 
 
 def test_checkout_is_the_base_tree_with_one_commit_and_nothing_hidden(tmp_path: Path) -> None:
