@@ -67,9 +67,7 @@ class TrainerSection(_Section):
     """AdamW learning rate. On the shipped base model 1e-4 and above made held-out pass@1
     worse within 24 steps (docs/benchmarks.md)."""
     weight_decay: float = Field(0.0, ge=0)
-    """AdamW weight decay (matrices only)."""
-    gain_lr: float | None = Field(None, gt=0)
-    """Learning rate of the norm gains (1-d weights); unset: `lr` (see rl_optimizer)."""
+    """AdamW weight decay."""
     max_grad_norm: float = Field(1.0, gt=0)
     """Gradient clipping."""
     advantage: Literal["drgrpo", "grpo", "rloo"] = "drgrpo"

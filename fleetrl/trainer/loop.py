@@ -73,24 +73,6 @@ def fast_bf16() -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
-def rl_optimizer(model: torch.nn.Module, config: RunConfig) -> torch.optim.AdamW:
-    """AdamW over the policy; norm gains (1-d weights) learn at `trainer.gain_lr` when set.
-
-    Adam moves every weight by about the same amount per step, so a learning rate at which
-    the 256-wide matrices stay stable leaves the gains, which set how sharp the policy's
-    distributions are, nearly where they were. Sharpening is most of what RL at T = 1 does
-    first; a separate gain rate lets the reward drive it at its own pace.
-    """
-    tc = config.trainer
-    gains = [p for p in model.parameters() if p.dim() == 1]
-    matrices = [p for p in model.parameters() if p.dim() > 1]
-    groups = [
-        {"params": matrices, "lr": tc.lr, "weight_decay": tc.weight_decay},
-        {"params": gains, "lr": tc.lr if tc.gain_lr is None else tc.gain_lr, "weight_decay": 0.0},
-    ]
-    return torch.optim.AdamW(groups, lr=tc.lr)
-
-
 def _checkpoint(run_dir: Path, model, optimizer, state: TrainerState, pending) -> None:
     path = run_dir / "checkpoints" / f"step_{state.step:06d}"
     save_pretrained(model, path)
@@ -134,7 +116,7 @@ def run_trainer(config: RunConfig, run_dir: Path, poll_s: float = 0.2) -> Traine
     random.seed(tc.seed)
     base = resolve_checkpoint(config.model.path)
     model = load_pretrained(base, dtype=torch.float32)
-    optimizer = rl_optimizer(model, config)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=tc.lr, weight_decay=tc.weight_decay)
     # The KL reference is the starting model, frozen (kept only when the loss needs it).
     reference = load_pretrained(base, dtype=torch.float32) if tc.kl_coef > 0 else None
     state, pending = _resume(run_dir, model, optimizer)
