@@ -166,6 +166,17 @@ def generate(served: Served, prompt_ids: list[int], **sampling: Any) -> dict[str
     return response.json()
 
 
+def assert_same_generation(a: dict[str, Any], b: dict[str, Any]) -> None:
+    """Same tokens from the same weights; logprobs may differ in the last float bits (the
+    engine's prefix cache reuses keys/values computed in another batch)."""
+    assert (a["token_ids"], a["versions"], a["finish_reason"]) == (
+        b["token_ids"],
+        b["versions"],
+        b["finish_reason"],
+    )
+    assert a["logprobs"] == pytest.approx(b["logprobs"], abs=1e-5)
+
+
 def health(served: Served) -> dict[str, Any]:
     return httpx.get(f"{served.url}/health").json()
 
@@ -375,7 +386,7 @@ def test_update_weights_refuses_bad_tokens(updatable: Served, tokenizer: Tokeniz
     )
     assert_error(basic, 401)
     assert health(updatable)["version"] == 0
-    assert generate(updatable, [1, 2, 3], max_tokens=8, seed=5) == before
+    assert_same_generation(generate(updatable, [1, 2, 3], max_tokens=8, seed=5), before)
 
 
 def test_update_weights_applies_and_validates(updatable: Served, tokenizer: Tokenizer) -> None:
@@ -399,7 +410,7 @@ def test_update_weights_applies_and_validates(updatable: Served, tokenizer: Toke
         assert_error(post_update(updatable, body, version=2), 400)
     assert_error(post_update(updatable, b"\0" * (UPDATE_LIMIT + 1), version=2), 413)
     assert health(updatable)["version"] == 1
-    assert generate(updatable, [1, 2, 3], max_tokens=8, seed=5) == after
+    assert_same_generation(generate(updatable, [1, 2, 3], max_tokens=8, seed=5), after)
 
 
 def test_update_weights_during_generation(updatable: Served, tokenizer: Tokenizer) -> None:
