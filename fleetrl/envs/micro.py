@@ -54,7 +54,7 @@ SPLIT_SIZES = {"train": 440, "heldout": 100}  # generated in this order
 HELDOUT_LETTERS = "dhkpuwz"  # template letters of held-out tasks; train tasks use the rest
 TESTS_PER_TASK = 3
 # Names a generated identifier must not take: Python's own, and modules the test run imports.
-_RESERVED = (
+RESERVED_NAMES = (
     set(keyword.kwlist)
     | set(keyword.softkwlist)
     | set(dir(builtins))
@@ -100,14 +100,14 @@ class _Names:
     def function(self, rng: random.Random) -> str:
         while True:
             name = "".join(rng.choices(string.ascii_lowercase, k=rng.randint(4, 5)))
-            if name not in _RESERVED and name not in self.functions:
+            if name not in RESERVED_NAMES and name not in self.functions:
                 self.functions.add(name)
                 return name
 
     def local(self, rng: random.Random, taken: set[str]) -> str:
         while True:
             name = "".join(rng.choices(string.ascii_lowercase, k=rng.randint(1, 3)))
-            if name not in _RESERVED and name not in taken and name not in self.functions:
+            if name not in RESERVED_NAMES and name not in taken and name not in self.functions:
                 return name
 
 

@@ -28,17 +28,14 @@ from __future__ import annotations
 
 import ast
 import asyncio
-import builtins
 import gzip
 import hashlib
 import io
 import json
-import keyword
 import os
 import random
 import re
 import string
-import sys
 import tempfile
 import time
 import tokenize
@@ -49,6 +46,7 @@ from typing import Any
 from rich.progress import Progress
 
 from fleetrl.envs.harness import Episode, HarnessConfig, micro_harness, run_episode
+from fleetrl.envs.micro import RESERVED_NAMES
 from fleetrl.envs.sandbox import open_sandbox
 from fleetrl.envs.tasks import cache_dir, commit_all, ensure_repo, unified_diff
 from fleetrl.envs.verifier import Changes, sandbox_changes, verify
@@ -62,14 +60,6 @@ PLANS: dict[str, tuple[str, ...]] = {
     "look_first": ("list", "read", "edit", "check", "finish"),
     "reproduce": ("read", "check", "edit", "check", "finish"),
 }
-# Names a renamed copy must not bind: Python's own, and modules a test run imports.
-_RESERVED = (
-    set(keyword.kwlist)
-    | set(keyword.softkwlist)
-    | set(dir(builtins))
-    | set(sys.stdlib_module_names)
-    | {"py", "pytest", "pluggy", "conftest", "test", "tests"}
-)
 _RESPONSE = re.compile(r"<tool_response>\n(.*?)\n</tool_response>", re.DOTALL)
 _STATEMENT = re.compile(
     r"^`(?P<call>(?P<function>\w+)\(.*\))` should return (?P<expected>.*), "
@@ -300,7 +290,7 @@ def _fresh_name(rng: random.Random, lengths: tuple[int, int], taken: set[str]) -
     """Random lowercase letters, like the micro suite's names, unused and not reserved."""
     while True:
         name = "".join(rng.choices(string.ascii_lowercase, k=rng.randint(*lengths)))
-        if name not in taken and name not in _RESERVED:
+        if name not in taken and name not in RESERVED_NAMES:
             taken.add(name)
             return name
 

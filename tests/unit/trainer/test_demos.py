@@ -2,7 +2,6 @@
 tokens are exactly the harness's rendering of a valid tool-calling conversation."""
 
 import asyncio
-import os
 import random
 import re
 from dataclasses import replace
@@ -33,17 +32,6 @@ from fleetrl.types import Task
 
 torch.set_num_threads(1)
 TOKENIZER = bundled_tokenizer()
-
-
-@pytest.fixture(scope="module", autouse=True)
-def private_cache(tmp_path_factory):
-    old = os.environ.get("FLEETRL_CACHE")
-    os.environ["FLEETRL_CACHE"] = str(tmp_path_factory.mktemp("cache"))
-    yield
-    if old is None:
-        os.environ.pop("FLEETRL_CACHE")
-    else:
-        os.environ["FLEETRL_CACHE"] = old
 
 
 def sample_tasks(n: int):

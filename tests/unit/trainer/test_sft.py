@@ -3,7 +3,6 @@ errors, and the base model the repository ships."""
 
 import asyncio
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -33,17 +32,6 @@ from fleetrl.types import SamplingParams
 torch.set_num_threads(1)
 TOKENIZER = bundled_tokenizer()
 BASE = Path(__file__).resolve().parents[3] / "fleetrl" / "model" / "assets" / "base"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def private_cache(tmp_path_factory):
-    old = os.environ.get("FLEETRL_CACHE")
-    os.environ["FLEETRL_CACHE"] = str(tmp_path_factory.mktemp("cache"))
-    yield
-    if old is None:
-        os.environ.pop("FLEETRL_CACHE")
-    else:
-        os.environ["FLEETRL_CACHE"] = old
 
 
 @pytest.fixture(scope="module")
