@@ -66,6 +66,8 @@ class TrainerSection(_Section):
     lr: float = Field(2e-5, gt=0)
     """AdamW learning rate. On the shipped base model 1e-4 and above made held-out pass@1
     worse within 24 steps (docs/benchmarks.md)."""
+    output_norm_lr: float | None = Field(None, gt=0)
+    """Learning rate of the final norm's gain (the output logits' scale); unset: `lr`."""
     weight_decay: float = Field(0.0, ge=0)
     """AdamW weight decay."""
     max_grad_norm: float = Field(1.0, gt=0)

@@ -18,8 +18,15 @@ writes one line per test phase, each signed with a per-run key that the plugin r
 from the environment before any test module is imported. Lines with a bad signature are
 ignored; a test without a passing record counts as not passed.
 
+Identical submissions are graded once: the hidden tests' outcomes are kept per task and
+set of applied files (`OutcomeCache`), since the N samples of a group often end in the same
+diff (about 70 % of the episodes of an RL run repeat one of their group's). A grading
+that timed out is not kept (its outcome may depend on load), and the anti-cheat checks
+run for every submission.
+
 What is not covered: tests that need the network or services; non-pytest test runners;
-tests that need third-party pytest plugins (only pytest's own plugins are loaded).
+tests that need third-party pytest plugins (only pytest's own plugins are loaded); flaky
+tests (a cached outcome repeats whichever result the first grading saw).
 """
 
 from __future__ import annotations
@@ -30,7 +37,10 @@ import json
 import os
 import secrets
 import sys
+import threading
 import time
+from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -206,6 +216,64 @@ def _run_hidden_tests(
     return {test: outcomes.get(test, missing) for test in tests}
 
 
+class OutcomeCache:
+    """Hidden-test outcomes by submission, shared by the threads of a process.
+
+    A submission being graded is graded once: other threads asking for the same key wait
+    for its result rather than start a second pytest.
+    """
+
+    def __init__(self, capacity: int = 4096) -> None:
+        self.capacity = capacity
+        self.hits = 0
+        self.misses = 0
+        self._lock = threading.Lock()
+        self._done: OrderedDict[str, dict[str, str]] = OrderedDict()
+        self._running: dict[str, threading.Event] = {}
+
+    def outcomes(self, key: str, grade: Callable[[], dict[str, str]]) -> dict[str, str]:
+        """The outcomes stored under `key`, or those `grade()` returns (then stored)."""
+        while True:
+            with self._lock:
+                if key in self._done:
+                    self._done.move_to_end(key)
+                    self.hits += 1
+                    return dict(self._done[key])
+                running = self._running.get(key)
+                if running is None:
+                    running = self._running[key] = threading.Event()
+                    break
+            running.wait()  # then look again; if that grading failed, grade here
+        try:
+            tests = grade()
+            self.misses += 1
+            if "timeout" not in tests.values():
+                with self._lock:
+                    self._done[key] = tests
+                    while len(self._done) > self.capacity:
+                        self._done.popitem(last=False)
+            return dict(tests)
+        finally:
+            with self._lock:
+                del self._running[key]
+            running.set()
+
+
+OUTCOMES = OutcomeCache()
+
+
+def submission_key(task: Task, applied: Changes) -> str:
+    """What the hidden tests' outcomes depend on: the task's tests and the applied files."""
+    digest = hashlib.sha256()
+    header = [task.instance_id, task.base_commit, task.test_patch]
+    digest.update(json.dumps([*header, task.FAIL_TO_PASS, task.PASS_TO_PASS]).encode())
+    for path in sorted(applied):
+        new = applied[path][1]
+        digest.update(f"\0{path}\0{-1 if new is None else len(new)}\0".encode())
+        digest.update(new or b"")
+    return digest.hexdigest()
+
+
 def verify(
     task: Task,
     changes: Changes,
@@ -229,7 +297,10 @@ def verify(
     }
     flags |= anticheat.code_flags(as_text, facts)
     flags |= anticheat.episode_flags(tool_calls or [])
-    tests = _run_hidden_tests(task, repo, graded, limits or Limits(wall_s=timeout), timeout)
+    tests = OUTCOMES.outcomes(
+        submission_key(task, graded),
+        lambda: _run_hidden_tests(task, repo, graded, limits or Limits(wall_s=timeout), timeout),
+    )
     passed = bool(tests) and all(outcome == "passed" for outcome in tests.values())
     return VerifyResult(
         reward=1.0 if passed and not flags else 0.0,

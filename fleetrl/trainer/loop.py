@@ -73,6 +73,17 @@ def fast_bf16() -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
+def make_optimizer(
+    model: torch.nn.Module, lr: float, output_norm_lr: float | None, weight_decay: float
+) -> torch.optim.AdamW:
+    """AdamW over every parameter; the final norm's gain, which scales all output logits
+    (an inverse temperature per hidden dimension), learns at `output_norm_lr` when set."""
+    norm = model.model.norm.weight
+    rest = [p for p in model.parameters() if p is not norm]
+    groups = [{"params": rest}, {"params": [norm], "lr": output_norm_lr or lr}]
+    return torch.optim.AdamW(groups, lr=lr, weight_decay=weight_decay)
+
+
 def _checkpoint(run_dir: Path, model, optimizer, state: TrainerState, pending) -> None:
     path = run_dir / "checkpoints" / f"step_{state.step:06d}"
     save_pretrained(model, path)
@@ -116,7 +127,7 @@ def run_trainer(config: RunConfig, run_dir: Path, poll_s: float = 0.2) -> Traine
     random.seed(tc.seed)
     base = resolve_checkpoint(config.model.path)
     model = load_pretrained(base, dtype=torch.float32)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=tc.lr, weight_decay=tc.weight_decay)
+    optimizer = make_optimizer(model, tc.lr, tc.output_norm_lr, tc.weight_decay)
     # The KL reference is the starting model, frozen (kept only when the loss needs it).
     reference = load_pretrained(base, dtype=torch.float32) if tc.kl_coef > 0 else None
     state, pending = _resume(run_dir, model, optimizer)
@@ -194,6 +205,7 @@ def run_trainer(config: RunConfig, run_dir: Path, poll_s: float = 0.2) -> Traine
                 "samples_per_s": len(rewards) / wall,
                 "tokens_per_s": tokens / wall,
                 "trainer_idle_frac": wait_s / wall,
+                "output_scale": float(model.model.norm.weight.mean()),
                 "tool_errors_mean": sum(t.tool_errors for g in groups for t in g) / len(rewards),
             },
         )

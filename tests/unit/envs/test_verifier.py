@@ -1,15 +1,18 @@
 """The verifier grades honestly: gold patches score 1, documented cheats score 0 by name."""
 
 import json
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
+from fleetrl.envs import verifier
 from fleetrl.envs.sandbox import open_sandbox
 from fleetrl.envs.tasks import apply_patch, checkout, ensure_repo, get_task, load_tasks
 from fleetrl.envs.verifier import (
+    OutcomeCache,
     sandbox_changes,
     verify,
     verify_workspace,
@@ -17,6 +20,14 @@ from fleetrl.envs.verifier import (
 )
 
 TASK_ID = "micro-train-0007"  # nkims(j): Horner-style fold; bug: initial value 1 instead of 0
+
+
+@pytest.fixture(autouse=True)
+def fresh_outcomes(monkeypatch):
+    """Every test grades for real: no outcome is carried over from another test."""
+    cache = OutcomeCache()
+    monkeypatch.setattr(verifier, "OUTCOMES", cache)
+    return cache
 
 
 @pytest.fixture
@@ -196,3 +207,57 @@ def test_every_micro_gold_patch_scores_one(tmp_path):
     with ThreadPoolExecutor(max_workers=4) as pool:  # grading is mostly process start-up
         failures = [r for r in pool.map(grade, tasks) if r[1] != 1.0]
     assert failures == []
+
+
+def test_identical_submissions_run_the_hidden_tests_once(task, workspace, fresh_outcomes):
+    apply_patch(workspace, task.patch)
+    changes = workspace_changes(ensure_repo(task), workspace)
+    with ThreadPoolExecutor(4) as pool:  # a group's samples finishing together
+        results = list(pool.map(lambda _: verify(task, changes), range(4)))
+    assert [r.reward for r in results] == [1.0] * 4
+    assert (fresh_outcomes.misses, fresh_outcomes.hits) == (1, 3)
+    # The anti-cheat checks still see each submission's own tool calls.
+    cheat = verify(task, changes, tool_calls=[("run", {"command": "git log --all"})])
+    assert cheat.reward == 0 and cheat.flags and fresh_outcomes.hits == 4
+    # Another submission is graded on its own.
+    append(module_path(workspace), "\n# a comment\n")
+    assert verify_workspace(task, workspace).reward == 1 and fresh_outcomes.misses == 2
+
+
+def test_outcome_cache_keeps_no_timeout_and_survives_a_failed_grading():
+    cache = OutcomeCache(capacity=2)
+    calls = []
+
+    def grade(outcome):
+        def run():
+            calls.append(outcome)
+            return {"t": outcome}
+
+        return run
+
+    assert cache.outcomes("slow", grade("timeout")) == {"t": "timeout"}
+    assert cache.outcomes("slow", grade("passed")) == {"t": "passed"}  # graded again
+    assert cache.outcomes("slow", grade("failed")) == {"t": "passed"}  # now kept
+    for key in ("b", "c"):
+        cache.outcomes(key, grade("failed"))
+    assert cache.outcomes("slow", grade("failed")) == {"t": "failed"}  # evicted (capacity 2)
+
+    # A grading that raises lets a waiting thread grade the submission itself.
+    started, release = threading.Event(), threading.Event()
+
+    def broken():
+        started.set()
+        release.wait()
+        raise RuntimeError("sandbox failed")
+
+    def first():
+        with pytest.raises(RuntimeError):
+            cache.outcomes("k", broken)
+
+    thread = threading.Thread(target=first)
+    thread.start()
+    started.wait()
+    waiter = ThreadPoolExecutor(1).submit(cache.outcomes, "k", grade("passed"))
+    release.set()
+    thread.join()
+    assert waiter.result(timeout=10) == {"t": "passed"}

@@ -3,6 +3,7 @@ stale groups, and resumes bit-exactly from its checkpoint."""
 
 import json
 
+import pytest
 import torch
 
 from fleetrl.config import load_config
@@ -11,7 +12,7 @@ from fleetrl.model import (
 )
 from fleetrl.store.trajectories import RegionReport, TrajectoryChannel
 from fleetrl.store.weights import WeightStore
-from fleetrl.trainer.loop import run_trainer
+from fleetrl.trainer.loop import make_optimizer, run_trainer
 from fleetrl.types import Segment, Trajectory
 
 torch.set_num_threads(1)
@@ -87,3 +88,16 @@ def test_stale_groups_are_dropped_and_counted(tmp_path, tiny_checkpoint):
     assert state.dropped_samples == 4 and state.trained_samples == 8
     last = [json.loads(line) for line in (tmp_path / "stale" / "metrics.jsonl").open()][-2]
     assert last["kind"] == "train" and last["staleness_hist"] == [4]
+
+
+def test_output_norm_learns_at_its_own_rate(tiny_checkpoint):
+    model = load_pretrained(tiny_checkpoint)
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    optimizer = make_optimizer(model, lr=1e-4, output_norm_lr=1e-2, weight_decay=0.0)
+    model(torch.tensor([[5, 6, 7, 8]])).logits.logsumexp(-1).sum().backward()
+    optimizer.step()  # Adam's first step moves each parameter by about its lr
+    moved = {name: (p - before[name]).abs().max().item() for name, p in model.named_parameters()}
+    assert moved.pop("model.norm.weight") == pytest.approx(1e-2, rel=0.01)
+    assert max(moved.values()) == pytest.approx(1e-4, rel=0.01)
+    default = make_optimizer(model, lr=1e-4, output_norm_lr=None, weight_decay=0.0)
+    assert [group["lr"] for group in default.param_groups] == [1e-4, 1e-4]
