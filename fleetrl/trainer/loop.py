@@ -74,13 +74,15 @@ def fast_bf16() -> bool:
 
 
 def make_optimizer(
-    model: torch.nn.Module, lr: float, output_norm_lr: float | None, weight_decay: float
+    model: torch.nn.Module, lr: float, output_norm_lr: float, weight_decay: float
 ) -> torch.optim.AdamW:
     """AdamW over every parameter; the final norm's gain, which scales all output logits
-    (an inverse temperature per hidden dimension), learns at `output_norm_lr` when set."""
+    (an inverse temperature per hidden dimension), learns at `output_norm_lr`: sharpening
+    the policy is most of what a short RL run can do, and at the matrices' rate that one
+    vector would barely move."""
     norm = model.model.norm.weight
     rest = [p for p in model.parameters() if p is not norm]
-    groups = [{"params": rest}, {"params": [norm], "lr": output_norm_lr or lr}]
+    groups = [{"params": rest}, {"params": [norm], "lr": output_norm_lr}]
     return torch.optim.AdamW(groups, lr=lr, weight_decay=weight_decay)
 
 
