@@ -114,8 +114,8 @@ class StoreSection(_Section):
 class EvalSection(_Section):
     split: str = "heldout"
     """Split evaluated at the end of the run."""
-    episodes: int = Field(200, ge=1)
-    """Episodes per evaluation (tasks x samples)."""
+    episodes: int = Field(300, ge=1)
+    """Episodes per evaluation (tasks x samples): 300 gives intervals of about +-5 points."""
     max_tasks: int = Field(0, ge=0)
     """Evaluate on the split's first N tasks only (0: all), for quick checks."""
     base: bool = True
