@@ -310,7 +310,8 @@ def test_completions_with_logprobs(dense: Served, tokenizer: Tokenizer) -> None:
         model="tiny", prompt=tokenizer.encode("def main():"), max_tokens=8, logprobs=2, seed=1
     )
     assert again.choices[0].text == choice.text
-    assert again.choices[0].logprobs.token_logprobs == lp.token_logprobs
+    # Served from the prefix cache, through other kernels: equal within the logprob floor.
+    assert again.choices[0].logprobs.token_logprobs == pytest.approx(lp.token_logprobs, abs=1e-5)
 
 
 def test_completion_cut_at_stop_string(dense: Served, tokenizer: Tokenizer) -> None:
