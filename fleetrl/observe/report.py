@@ -13,7 +13,7 @@ Contract: the metric keys read, by record kind (`SECTIONS` below is the source o
              clip_frac                                          (d) train/inference mismatch
              samples_per_s, tokens_per_s, trainer_idle_frac,
              wait_s, forward_backward_s, publish_s              (e) throughput and time split
-             loss, grad_norm, entropy                           optimisation
+             loss, grad_norm, entropy, output_scale             optimisation
     eval     pass_at_1, ci_low, ci_high (step = train step evaluated at; on plot (a))
     sync     sync_bytes, sync_full_bytes, sync_pause_ms (step = policy version)      (c)
     rollout  sandbox_p50_ms, sandbox_p99_ms (step = policy version the region followed)
@@ -147,11 +147,13 @@ SECTIONS = (
     Section(
         "optimisation",
         "Optimisation",
-        "Policy loss, gradient norm before clipping, and mean entropy of the sampled tokens.",
+        "Policy loss, gradient norm before clipping, mean entropy of the sampled tokens, and "
+        "the final norm's mean gain (the output logits' scale: rising means sharpening).",
         (
             Panel("loss", ("train.loss",)),
             Panel("gradient norm", ("train.grad_norm",)),
             Panel("entropy", ("train.entropy",), "nats/token"),
+            Panel("output scale", ("train.output_scale",)),
         ),
     ),
     Section(

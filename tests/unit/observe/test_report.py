@@ -42,6 +42,7 @@ def make_run(run_dir, steps=200, seed=0):
                     "loss": rng.gauss(0, 0.1),
                     "grad_norm": 0.5 + rng.random(),
                     "entropy": 0.8 - 0.3 * progress,
+                    "output_scale": 1.3 + 0.4 * progress,
                 },
             )
             full = 50_000_000
