@@ -57,7 +57,7 @@ class RolloutSection(_Section):
 
 
 class TrainerSection(_Section):
-    steps: int = Field(30, ge=1)
+    steps: int = Field(40, ge=1)
     """Optimizer steps (= policy versions published after the first)."""
     groups_per_step: int = Field(12, ge=1)
     """Groups per optimizer step (P); a batch is P x group_size samples."""
