@@ -246,9 +246,9 @@ class OutcomeCache:
             running.wait()  # then look again; if that grading failed, grade here
         try:
             tests = grade()
-            self.misses += 1
-            if "timeout" not in tests.values():
-                with self._lock:
+            with self._lock:
+                self.misses += 1
+                if "timeout" not in tests.values():
                     self._done[key] = tests
                     while len(self._done) > self.capacity:
                         self._done.popitem(last=False)

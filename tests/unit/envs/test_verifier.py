@@ -241,6 +241,7 @@ def test_outcome_cache_keeps_no_timeout_and_survives_a_failed_grading():
     for key in ("b", "c"):
         cache.outcomes(key, grade("failed"))
     assert cache.outcomes("slow", grade("failed")) == {"t": "failed"}  # evicted (capacity 2)
+    assert calls == ["timeout", "passed", "failed", "failed", "failed"]  # gradings that ran
 
     # A grading that raises lets a waiting thread grade the submission itself.
     started, release = threading.Event(), threading.Event()
@@ -257,7 +258,8 @@ def test_outcome_cache_keeps_no_timeout_and_survives_a_failed_grading():
     thread = threading.Thread(target=first)
     thread.start()
     started.wait()
-    waiter = ThreadPoolExecutor(1).submit(cache.outcomes, "k", grade("passed"))
-    release.set()
-    thread.join()
-    assert waiter.result(timeout=10) == {"t": "passed"}
+    with ThreadPoolExecutor(1) as pool:
+        waiter = pool.submit(cache.outcomes, "k", grade("passed"))
+        release.set()
+        thread.join()
+        assert waiter.result(timeout=10) == {"t": "passed"}
