@@ -207,7 +207,7 @@ def run_trainer(config: RunConfig, run_dir: Path, poll_s: float = 0.2) -> Traine
                 "samples_per_s": len(rewards) / wall,
                 "tokens_per_s": tokens / wall,
                 "trainer_idle_frac": wait_s / wall,
-                "output_scale": float(model.model.norm.weight.mean()),
+                "output_scale": float(model.model.norm.weight.detach().mean()),
                 "tool_errors_mean": sum(t.tool_errors for g in groups for t in g) / len(rewards),
             },
         )
