@@ -9,9 +9,12 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from fleetrl.config import RunConfig
 
 from fleetrl.envs.tasks_cli import tasks_app
 from fleetrl.trainer.sft_cli import sft
@@ -36,6 +39,32 @@ def fail(message: str) -> typer.Exit:
     return typer.Exit(code=2)
 
 
+ConfigOption = Annotated[
+    Path | None,
+    typer.Option("--config", help="TOML run configuration: the same tree as `fleetrl train`."),
+]
+SetOption = Annotated[
+    list[str] | None,
+    typer.Option("--set", help="Override a key, e.g. --set trainer.lr=1e-4 (repeatable)."),
+]
+
+
+def run_config(config_file: Path | None, sets: list[str] | None, shortcuts: dict) -> RunConfig:
+    """The run configuration tree every command reads: the TOML file (or the defaults),
+    then `--set` overrides, then the command's own flags (`shortcuts`: dotted key -> value,
+    None where the flag was not given). A bad key or value fails with a one-line error."""
+    from fleetrl.config import ConfigError, load_config, parse_overrides, set_key
+
+    try:
+        overrides = parse_overrides(sets or [])
+        for key, value in shortcuts.items():
+            if value is not None:
+                set_key(overrides, key, value)
+        return load_config(config_file, overrides)
+    except ConfigError as err:
+        raise fail(str(err)) from None
+
+
 @model_app.command("init")
 def model_init(
     out_dir: Annotated[Path, typer.Argument(help="Directory to write the checkpoint into.")],
@@ -55,7 +84,9 @@ def model_init(
         raise fail(f"{out_dir} is not empty (use --force to overwrite)")
     if hidden % heads or heads % kv_heads:
         raise fail("--hidden must be divisible by --heads, and --heads by --kv-heads")
-    from fleetrl.model import ModelConfig, bundled_tokenizer, init_model, save_pretrained
+    from fleetrl.model.checkpoint import init_model, save_pretrained
+    from fleetrl.model.config import ModelConfig
+    from fleetrl.model.tokenizer import bundled_tokenizer
 
     tokenizer = bundled_tokenizer()
     config = ModelConfig.small(
@@ -98,7 +129,7 @@ def serve(
     if dtype not in ("auto", "float32", "bfloat16", "float16"):
         raise fail(f"--dtype must be auto, float32, bfloat16 or float16, not {dtype!r}")
     from fleetrl.inference.server import serve as run_server
-    from fleetrl.model import CheckpointError
+    from fleetrl.model.checkpoint import CheckpointError
 
     try:
         run_server(
@@ -197,7 +228,11 @@ def bench_weights(
         raise fail(f"--lrs must be comma-separated numbers, got {lrs!r}") from None
     if not rates or steps < 1 or synthetic_params < 0 or threads < 1 or decode_batch < 1:
         raise fail("need --lrs, --steps >= 1, --synthetic-params >= 0, --threads >= 1")
-    from fleetrl.store.bench import WeightsBenchConfig, flat_figures, run_weights_bench
+    from fleetrl.orchestrate.weights_bench import (
+        WeightsBenchConfig,
+        flat_figures,
+        run_weights_bench,
+    )
 
     config = WeightsBenchConfig(
         steps=steps,
@@ -218,7 +253,9 @@ def bench_pipeline(
     groups_per_step: Annotated[int, typer.Option(help="Groups per step (P).")] = 4,
     group_size: Annotated[int, typer.Option(help="Samples per group (G).")] = 8,
     max_staleness: Annotated[int, typer.Option(help="Staleness bound of the async run.")] = 2,
-    model: Annotated[str, typer.Option(help="Checkpoint directory, or `base`.")] = "base",
+    model: Annotated[
+        str | None, typer.Option(help="Checkpoint directory, or `base` [model.path].")
+    ] = None,
     env_latency: Annotated[
         float,
         typer.Option(
@@ -226,23 +263,28 @@ def bench_pipeline(
             "p99 ~10x the median): the long tail of production episodes. 0: none."
         ),
     ] = 1.0,
+    config_file: ConfigOption = None,
+    set_: SetOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
 ) -> None:
-    """Synchronous vs asynchronous RL loop on one workload: samples/s, idle, staleness."""
+    """Synchronous vs asynchronous RL loop on one workload: samples/s, idle, staleness.
+
+    Both runs start from the run configuration tree (defaults, --config, --set); the
+    benchmark's own flags then set the workload of each mode."""
     if min(steps, groups_per_step) < 2 or group_size < 2 or max_staleness < 1:
         raise fail(
             "need --steps >= 2, --groups-per-step >= 2, --group-size >= 2, --max-staleness >= 1"
         )
     if env_latency < 0:
         raise fail("need --env-latency >= 0")
-    from fleetrl.orchestrate.bench import run_pipeline_bench
-    from fleetrl.rollout.evaluate import resolve_checkpoint
+    base = run_config(config_file, set_, {"model.path": model})
+    from fleetrl.model.checkpoint import resolve_checkpoint
+    from fleetrl.orchestrate.bench import PipelineWorkload, run_pipeline_bench
 
-    if not (resolve_checkpoint(model) / "config.json").is_file():
-        raise fail(f"{model} is not a checkpoint directory")
-    result = run_pipeline_bench(
-        steps, groups_per_step, group_size, max_staleness, model, not as_json, env_latency
-    )
+    if not (resolve_checkpoint(base.model.path) / "config.json").is_file():
+        raise fail(f"{base.model.path} is not a checkpoint directory")
+    workload = PipelineWorkload(steps, groups_per_step, group_size, max_staleness, env_latency)
+    result = run_pipeline_bench(base, workload, progress=not as_json)
     flat = {f"{mode}_{k}": v for mode in ("sync", "async") for k, v in result[mode].items()}
     print_figures(
         result if as_json else flat | {"speedup": result["speedup"]}, "pipeline benchmark", as_json
@@ -277,32 +319,18 @@ def train(
     ] = False,
     regions: Annotated[int, typer.Option(help="Rollout region processes.")] = 1,
     runs_dir: Annotated[Path, typer.Option(help="Where run directories live.")] = Path("runs"),
-    set_: Annotated[
-        list[str] | None,
-        typer.Option("--set", help="Override a key, e.g. --set trainer.lr=1e-4 (repeatable)."),
-    ] = None,
+    set_: SetOption = None,
 ) -> None:
     """Train with RL: trainer + rollout regions + store; evaluates and reports at the end."""
-    from fleetrl.config import ConfigError, load_config, parse_overrides
-
-    try:
-        overrides = parse_overrides(set_ or [])
-        if name:
-            overrides["name"] = name
-        if steps is not None:
-            overrides.setdefault("trainer", {})["steps"] = steps
-        if sync:
-            overrides.setdefault("trainer", {})["max_staleness"] = 0
-        config = load_config(config_file, overrides)
-    except ConfigError as err:
-        raise fail(str(err)) from None
+    shortcuts = {"name": name, "trainer.steps": steps, "trainer.max_staleness": 0 if sync else None}
+    config = run_config(config_file, set_, shortcuts)
     if regions < 1:
         raise fail("--regions must be >= 1")
     run_dir = runs_dir / config.name
     if (run_dir / "final").exists():
         raise fail(f"{run_dir} holds a finished run; choose another --name")
+    from fleetrl.model.checkpoint import resolve_checkpoint
     from fleetrl.orchestrate.local import RunFailed, run_local
-    from fleetrl.rollout.evaluate import resolve_checkpoint
 
     if not (resolve_checkpoint(config.model.path) / "config.json").is_file():
         raise fail(f"model.path {config.model.path!r} is not a checkpoint directory")
@@ -321,41 +349,53 @@ def train(
 @app.command("eval")
 def eval_command(
     checkpoint: Annotated[str, typer.Argument(help="Checkpoint directory, or `base`.")] = "base",
-    suite: Annotated[str, typer.Option(help="Bundled task suite.")] = "micro",
-    split: Annotated[str, typer.Option(help="Split of the suite.")] = "heldout",
-    tasks: Annotated[Path | None, typer.Option(help="A generated task folder instead.")] = None,
-    episodes: Annotated[int, typer.Option(help="Episodes at least (tasks x samples).")] = 200,
-    max_tasks: Annotated[int, typer.Option(help="Use only the first N tasks (0: all).")] = 0,
-    temperature: Annotated[float, typer.Option(help="Sampling temperature.")] = 1.0,
-    seed: Annotated[int, typer.Option(help="Sampling seed.")] = 0,
-    threads: Annotated[int, typer.Option(help="torch CPU threads.")] = 2,
+    split: Annotated[str | None, typer.Option(help="Split to evaluate [eval.split].")] = None,
+    suite: Annotated[str | None, typer.Option(help="Bundled task suite [tasks.suite].")] = None,
+    tasks: Annotated[
+        Path | None, typer.Option(help="A generated task folder instead [tasks.tasks_dir].")
+    ] = None,
+    episodes: Annotated[
+        int | None, typer.Option(help="Episodes at least, tasks x samples [eval.episodes].")
+    ] = None,
+    max_tasks: Annotated[
+        int | None, typer.Option(help="Use only the first N tasks, 0: all [eval.max_tasks].")
+    ] = None,
+    temperature: Annotated[
+        float | None, typer.Option(help="Sampling temperature, 0: greedy [rollout.temperature].")
+    ] = None,
+    seed: Annotated[int | None, typer.Option(help="Sampling seed [trainer.seed].")] = None,
+    threads: Annotated[int | None, typer.Option(help="torch CPU threads [eval.threads].")] = None,
+    config_file: ConfigOption = None,
+    set_: SetOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
 ) -> None:
-    """pass@1 of a checkpoint on a task split, with a Wilson 95% confidence interval."""
-    if episodes < 1 or max_tasks < 0 or temperature < 0:
-        raise fail("need --episodes >= 1, --max-tasks >= 0 and --temperature >= 0")
-    from fleetrl.envs.tasks import TaskError
-    from fleetrl.model import CheckpointError
-    from fleetrl.rollout.evaluate import evaluate_checkpoint, resolve_checkpoint
+    """pass@1 of a checkpoint on a task split, with a Wilson 95% confidence interval.
+
+    Settings come from the run configuration tree (defaults, --config, --set); each flag
+    overrides the key in brackets."""
+    shortcuts = {
+        "tasks.suite": suite,
+        "tasks.tasks_dir": str(tasks) if tasks else None,
+        "eval.episodes": episodes,
+        "eval.max_tasks": max_tasks,
+        "rollout.temperature": temperature,
+        "trainer.seed": seed,
+        "eval.threads": threads,
+    }
+    config = run_config(config_file, set_, shortcuts)
+    from fleetrl.envs.records import TaskError
+    from fleetrl.model.checkpoint import CheckpointError, resolve_checkpoint
+    from fleetrl.rollout.evaluate import evaluate_checkpoint
 
     path = resolve_checkpoint(checkpoint)
     if not (path / "config.json").is_file():
         raise fail(f"{checkpoint} is not a checkpoint directory (no config.json)")
     import torch
 
-    torch.set_num_threads(threads)
+    torch.set_num_threads(config.eval.threads)
     try:
-        result = evaluate_checkpoint(
-            path,
-            suite=suite,
-            split=split,
-            tasks_dir=tasks,
-            min_episodes=episodes,
-            temperature=temperature,
-            seed=seed,
-            max_tasks=max_tasks or None,
-            progress=None if as_json else f"evaluating {checkpoint}",
-        )
+        progress = None if as_json else f"evaluating {checkpoint}"
+        result = evaluate_checkpoint(path, config, split=split, progress=progress)
     except (TaskError, CheckpointError, FileNotFoundError) as err:
         raise fail(str(err)) from None
     if as_json:
@@ -377,7 +417,8 @@ def verify(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
 ) -> None:
     """Grade a workspace: its non-test changes, hidden tests, anti-cheat flags -> reward."""
-    from fleetrl.envs.tasks import TaskError, get_task
+    from fleetrl.envs.records import TaskError
+    from fleetrl.envs.suites import get_task
     from fleetrl.envs.verifier import verify_workspace
 
     try:

@@ -39,17 +39,54 @@ class TasksSection(_Section):
     """A task folder written by `fleetrl tasks make`, instead of a bundled suite."""
 
 
+class HarnessSection(_Section):
+    """Prompting and budgets of one agent episode (`fleetrl.envs.harness`). The defaults are
+    the preset of the bundled `micro` suite and the small models trained on it; SFT,
+    evaluation and RL all use them."""
+
+    system_prompt: str = "Fix the bug. Tools: read_file, edit_file, run, finish."
+    """System turn of every episode (empty: none)."""
+    describe_tools: bool = False
+    """List the tool specs in the system prompt (Qwen3 style); the micro models learn the
+    tools from demonstrations instead."""
+    task_template: str = "{problem_statement}"
+    """The user turn; `{problem_statement}` is replaced by the task's."""
+    max_turns: int = Field(6, ge=1)
+    """Assistant replies per episode."""
+    max_tokens: int = Field(512, ge=1)
+    """Sampled tokens per episode, all turns together."""
+    max_reply_tokens: int = Field(128, ge=1)
+    """Sampled tokens per reply."""
+    max_context: int = Field(1024, ge=16)
+    """Tokens in the context window (prompt, replies, tool results); it sizes the engine."""
+    wall_s: float = Field(60.0, gt=0)
+    """Wall time per episode, checked between turns."""
+    max_output_chars: int = Field(1000, ge=16)
+    """Longer tool results keep their head and tail."""
+    run_timeout_s: float = Field(10.0, gt=0)
+    """Default and ceiling of the `run` tool's timeout."""
+    max_file_bytes: int = Field(1 << 20, ge=1)
+    """read_file / edit_file refuse larger files."""
+
+
 class RolloutSection(_Section):
     group_size: int = Field(8, ge=2)
     """Samples per task drawn together; advantages compare samples of one group."""
     max_concurrent_groups: int = Field(8, ge=1)
     """Groups a region runs at once (C of the admission gate)."""
-    temperature: float = Field(1.0, gt=0)
-    """Sampling temperature of rollouts."""
+    temperature: float = Field(1.0, ge=0)
+    """Sampling temperature of rollouts and evaluations (0: greedy, for evaluation only:
+    its logprobs are those of temperature 1)."""
     sandbox_backend: Literal["bwrap", "local"] = "bwrap"
     """Where tools run: `bwrap` (isolated); `local` only for development."""
+    sandbox_wall_s: float = Field(30.0, gt=0)
+    """Default wall-clock limit of one command in an episode's sandbox."""
+    sandbox_memory_mb: int = Field(1024, ge=64)
+    """RAM of one command in an episode's sandbox, all its processes together."""
     max_concurrent_verify: int = Field(2, ge=1)
     """Gradings at once per region (each runs pytest in a sandbox)."""
+    verify_timeout_s: float = Field(60.0, gt=0)
+    """Wall-time limit of the hidden tests of one grading."""
     threads: int = Field(1, ge=1)
     """torch CPU threads of a region's engine."""
     env_latency_s: float = Field(0.0, ge=0)
@@ -88,6 +125,9 @@ class TrainerSection(_Section):
     """C of TIS / MIS."""
     kl_coef: float = Field(0.0, ge=0)
     """β of a k3 KL penalty to the starting model (0: none, no reference model kept)."""
+    aggregation: Literal["seq_sum_norm", "token_mean"] = "seq_sum_norm"
+    """How token losses become the batch loss: each sample's sum over `norm_tokens`
+    (Dr. GRPO, no length bias) or the mean over all tokens of the batch."""
     norm_tokens: int = Field(256, ge=1)
     """Dr. GRPO's constant per-sample token denominator."""
     micro_batch_size: int = Field(16, ge=1)
@@ -122,19 +162,71 @@ class EvalSection(_Section):
     """Also evaluate the starting model, for the before/after comparison."""
     enabled: bool = True
     """Evaluate at the end of the run at all."""
+    max_concurrent: int = Field(32, ge=1)
+    """Episodes in flight at once during an evaluation (generation batches across them)."""
+    max_concurrent_verify: int = Field(4, ge=1)
+    """Gradings at once during an evaluation."""
+    threads: int = Field(2, ge=1)
+    """torch CPU threads of `fleetrl eval`."""
+
+
+class SftSection(_Section):
+    """`fleetrl sft`: supervised fine-tuning on expert demonstrations of the train split."""
+
+    steps: int = Field(800, ge=1)
+    """Optimizer steps."""
+    batch_size: int = Field(32, ge=1)
+    """Episodes per step."""
+    lr: float = Field(1e-3, gt=0)
+    """Peak learning rate, reached after warmup (AdamW)."""
+    warmup_steps: int = Field(50, ge=0)
+    """Linear ramp from 0 to `lr` (capped at steps - 1)."""
+    min_lr_ratio: float = Field(0.1, ge=0, le=1)
+    """The cosine decays to lr * this at the last step."""
+    weight_decay: float = Field(0.1, ge=0)
+    """AdamW weight decay; not applied to norms (1-d weights)."""
+    betas: tuple[float, float] = (0.9, 0.95)
+    """AdamW betas."""
+    max_grad_norm: float = Field(1.0, gt=0)
+    """Gradient clipping."""
+    seed: int = 0
+    """Batch order, and the initial weights when training from scratch."""
+    bf16: bool = False
+    """Matmuls in bfloat16 under autocast, float32 weights: 2x faster on CPUs with
+    AVX512-BF16, slower without it. Off, so the base model's recipe reproduces anywhere."""
+    threads: int = Field(2, ge=1)
+    """torch CPU threads."""
+    hidden: int = Field(256, ge=8, multiple_of=8)
+    """Hidden size of a fresh model (4 heads, even head size)."""
+    layers: int = Field(4, ge=1)
+    """Decoder layers of a fresh model."""
+    init: str | None = None
+    """Start from this checkpoint (and its tokenizer) instead of a fresh model."""
+    copies: int = Field(16, ge=0)
+    """Renamed copies per task demonstrated on top of the originals (fresh names)."""
+    max_tasks: int = Field(0, ge=0)
+    """Demonstrate only the first N training tasks (0: all)."""
+    log_every: int = Field(25, ge=1)
+    """Steps between loss lines."""
+    save_every: int = Field(0, ge=0)
+    """Also save OUT/step-NNNNNN/ every N steps (0: only at the end)."""
+    demos_cache: str | None = None
+    """Folder caching the demonstrations (default: the fleetrl cache)."""
 
 
 class RunConfig(_Section):
-    """A whole `fleetrl train` run."""
+    """The whole tree: `fleetrl train`, `eval`, `sft` and `bench pipeline` all read it."""
 
     name: str = "run"
     """Run name: the run directory is runs/NAME."""
     model: ModelSection = Field(default_factory=ModelSection)
     tasks: TasksSection = Field(default_factory=TasksSection)
+    harness: HarnessSection = Field(default_factory=HarnessSection)
     rollout: RolloutSection = Field(default_factory=RolloutSection)
     trainer: TrainerSection = Field(default_factory=TrainerSection)
     store: StoreSection = Field(default_factory=StoreSection)
     eval: EvalSection = Field(default_factory=EvalSection)
+    sft: SftSection = Field(default_factory=SftSection)
 
     @model_validator(mode="after")
     def _fits_together(self) -> RunConfig:
@@ -182,6 +274,16 @@ def load_config(path: Path | None = None, overrides: dict[str, Any] | None = Non
         raise ConfigError(_describe(err)) from None
 
 
+def with_overrides(config: RunConfig, overrides: dict[str, Any]) -> RunConfig:
+    """A copy of `config` with nested `overrides` applied, validated like a loaded file."""
+    data = config.model_dump()
+    _merge(data, overrides)
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(_describe(err)) from None
+
+
 def parse_overrides(items: list[str]) -> dict[str, Any]:
     """`section.key=value` strings (values in TOML syntax; bare words are strings) as a
     nested dict for `load_config`."""
@@ -194,12 +296,17 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
             value = tomllib.loads(f"v = {raw}")["v"]
         except tomllib.TOMLDecodeError:
             value = raw
-        *parents, leaf = key.strip().split(".")
-        node = overrides
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = value
+        set_key(overrides, key.strip(), value)
     return overrides
+
+
+def set_key(overrides: dict[str, Any], key: str, value: Any) -> None:
+    """Set dotted `key` (e.g. `trainer.lr`) in a nested overrides dict."""
+    *parents, leaf = key.split(".")
+    node = overrides
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[leaf] = value
 
 
 def dump_config(config: RunConfig) -> str:

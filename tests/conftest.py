@@ -2,7 +2,9 @@
 
 import pytest
 
-from fleetrl.model import ModelConfig, bundled_tokenizer, init_model, save_pretrained
+from fleetrl.model.checkpoint import init_model, save_pretrained
+from fleetrl.model.config import ModelConfig
+from fleetrl.model.tokenizer import bundled_tokenizer
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -27,62 +27,23 @@ import math
 import random
 import time
 import uuid
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import httpx
 
+from fleetrl.config import HarnessSection
 from fleetrl.envs.sandbox import Sandbox
-from fleetrl.envs.tools import TOOL_SPECS, ToolLimits, ToolOutcome, execute
+from fleetrl.envs.tools import TOOL_SPECS, ToolOutcome, execute
 from fleetrl.model.chat import Message, ToolCall, encode_chat, encode_continuation, parse_reply
 from fleetrl.model.tokenizer import Tokenizer
 from fleetrl.types import Completion, SamplingParams, Segment, Task, Trajectory
-
-DEFAULT_SYSTEM_PROMPT = (
-    "You are a coding agent. The repository is your working directory. Fix the problem "
-    "described by the user: read the code, edit it, run the tests, then call finish."
-)
 
 
 class TokenPolicy(Protocol):
     """What the harness samples from; `fleetrl.inference.Engine` is one."""
 
     async def generate(self, prompt_ids: list[int], params: SamplingParams) -> Completion: ...
-
-
-@dataclass
-class HarnessConfig:
-    """Prompting and budgets of one episode."""
-
-    system_prompt: str = DEFAULT_SYSTEM_PROMPT
-    describe_tools: bool = True  # list the tool specs in the system prompt (Qwen3 style)
-    task_template: str = "{problem_statement}"  # the user turn; fields of Task allowed
-    max_turns: int = 10  # assistant replies per episode
-    max_tokens: int = 4096  # sampled tokens per episode, all turns together
-    max_reply_tokens: int = 1024  # sampled tokens per reply
-    max_context: int = 8192  # tokens in the context window (prompt, replies, results)
-    wall_s: float = 300.0  # wall time per episode; checked between turns
-    sampling: SamplingParams = field(default_factory=SamplingParams)  # max_tokens/stops set here
-    tool_limits: ToolLimits = field(default_factory=ToolLimits)
-    # Benchmarks only: a simulated environment wait after each turn's tools, log-normal with
-    # this mean (p99 ~10x the median), like slow test suites and remote tools in production.
-    env_latency_s: float = 0.0
-
-
-def micro_harness() -> HarnessConfig:
-    """The preset for the bundled `micro` suite and the small models trained on it: a short
-    prompt without the tool listing (the model learns the tools from demonstrations) and
-    budgets that fit a ~250-token episode. SFT, evaluation and RL all use it."""
-    return HarnessConfig(
-        system_prompt="Fix the bug. Tools: read_file, edit_file, run, finish.",
-        describe_tools=False,
-        max_turns=6,
-        max_tokens=512,
-        max_reply_tokens=128,
-        max_context=1024,
-        wall_s=60.0,
-        tool_limits=ToolLimits(max_output_chars=1000, run_timeout_s=10.0),
-    )
 
 
 @dataclass
@@ -104,7 +65,7 @@ class Episode:
     tool_log: list[ToolRecord]  # every call, malformed ones included, in order
 
 
-def task_prompt(task: Task, config: HarnessConfig) -> list[Message]:
+def task_prompt(task: Task, config: HarnessSection) -> list[Message]:
     """The opening messages of an episode on `task`."""
     messages = [Message("system", config.system_prompt)] if config.system_prompt else []
     text = config.task_template.format(problem_statement=task.problem_statement)
@@ -168,7 +129,7 @@ async def run_tool_calls(
     sandbox: Sandbox,
     calls: list[ToolCall],
     turn: int,
-    limits: ToolLimits,
+    limits: HarnessSection,
     log: list[ToolRecord],
 ) -> tuple[list[ToolOutcome], bool]:
     """Run one turn's calls in order; stop at `finish`. Returns outcomes and whether finished."""
@@ -187,11 +148,16 @@ async def run_episode(
     tokenizer: Tokenizer,
     sandbox: Sandbox,
     task: Task,
-    config: HarnessConfig | None = None,
+    config: HarnessSection,
+    sampling: SamplingParams,
     group_id: str = "",
+    env_latency_s: float = 0.0,
 ) -> Episode:
-    """Let the policy work on `task` in `sandbox` until it finishes or a budget runs out."""
-    config = config or HarnessConfig()
+    """Let the policy work on `task` in `sandbox` until it finishes or a budget runs out.
+
+    `sampling` sets temperature and seed (the harness sets each reply's token budget and
+    stop token); `env_latency_s` (benchmarks only) waits after each turn's tools, log-normal
+    with this mean (p99 ~10x the median), like slow test suites and remote tools."""
     start = time.monotonic()
     tools = TOOL_SPECS if config.describe_tools else None
     builder = _SegmentBuilder(encode_chat(tokenizer, task_prompt(task, config), tools))
@@ -209,7 +175,7 @@ async def run_episode(
         if budget < 1:
             reason = "max_tokens" if sampled >= config.max_tokens else "context_full"
             break
-        params = replace(config.sampling, max_tokens=budget, stop_token_ids=[tokenizer.eos_id])
+        params = replace(sampling, max_tokens=budget, stop_token_ids=[tokenizer.eos_id])
         completion = await policy.generate(builder.segment.token_ids, params)
         builder.add_completion(completion)
         turns += 1
@@ -221,12 +187,10 @@ async def run_episode(
         if not reply.tool_calls and not reply.errors:
             reason = "no_tool_call"
             break
-        outcomes, finished = await run_tool_calls(
-            sandbox, reply.tool_calls, turns, config.tool_limits, log
-        )
+        outcomes, finished = await run_tool_calls(sandbox, reply.tool_calls, turns, config, log)
         tool_errors += len(reply.errors) + sum(o.error for o in outcomes)
-        if config.env_latency_s > 0:
-            await asyncio.sleep(environment_latency(config.env_latency_s))
+        if env_latency_s > 0:
+            await asyncio.sleep(environment_latency(env_latency_s))
         if finished:
             reason = "finish"
             break
@@ -265,11 +229,11 @@ async def run_episode_openai(
     model: str,
     sandbox: Sandbox,
     task: Task,
-    config: HarnessConfig | None = None,
+    config: HarnessSection,
+    temperature: float = 1.0,
     api_key: str = "unused",
 ) -> Episode:
     """The same loop over an OpenAI-compatible chat endpoint (evaluation; no token record)."""
-    config = config or HarnessConfig()
     start = time.monotonic()
     messages: list[dict[str, Any]] = [
         {"role": m.role, "content": m.content} for m in task_prompt(task, config)
@@ -289,7 +253,7 @@ async def run_episode_openai(
                 "messages": messages,
                 "tools": tools,
                 "max_tokens": config.max_reply_tokens,
-                "temperature": config.sampling.temperature,
+                "temperature": temperature,
             }
             response = await http.post("/chat/completions", json=body)
             response.raise_for_status()
@@ -311,9 +275,7 @@ async def run_episode_openai(
                     tool_errors += 1
                     text = f"error: {call}"
                 else:
-                    outcomes, finished = await run_tool_calls(
-                        sandbox, [call], turns, config.tool_limits, log
-                    )
+                    outcomes, finished = await run_tool_calls(sandbox, [call], turns, config, log)
                     if finished:
                         break
                     tool_errors += outcomes[0].error

@@ -17,6 +17,7 @@ import posixpath
 from dataclasses import dataclass
 from typing import Any
 
+from fleetrl.config import HarnessSection
 from fleetrl.envs.sandbox import Sandbox
 from fleetrl.model.chat import ToolCall
 
@@ -67,15 +68,6 @@ TOOL_NAMES = [spec["name"] for spec in TOOL_SPECS]
 
 
 @dataclass
-class ToolLimits:
-    """Bounds on what one tool call may cost or return."""
-
-    max_output_chars: int = 4000  # longer results keep their head and tail
-    run_timeout_s: float = 30.0  # default and ceiling of `run`'s timeout
-    max_file_bytes: int = 1 << 20  # read_file / edit_file refuse larger files
-
-
-@dataclass
 class ToolOutcome:
     """What a call produced, for the model and for the episode's counters."""
 
@@ -97,9 +89,8 @@ def truncate(text: str, max_chars: int) -> str:
     return f"{text[:half]}\n[... {cut} characters cut ...]\n{text[-half:]}"
 
 
-def execute(sandbox: Sandbox, call: ToolCall, limits: ToolLimits | None = None) -> ToolOutcome:
-    """Run one tool call in the sandbox; never raises."""
-    limits = limits or ToolLimits()
+def execute(sandbox: Sandbox, call: ToolCall, limits: HarnessSection) -> ToolOutcome:
+    """Run one tool call in the sandbox within the harness's tool limits; never raises."""
     handler = _HANDLERS.get(call.name)
     if handler is None:
         known = ", ".join(TOOL_NAMES)
@@ -155,7 +146,7 @@ def _path(sandbox: Sandbox, raw: str) -> str:
     return path
 
 
-def _read_text(sandbox: Sandbox, path: str, limits: ToolLimits) -> str:
+def _read_text(sandbox: Sandbox, path: str, limits: HarnessSection) -> str:
     try:
         data = sandbox.read_file(path, max_bytes=limits.max_file_bytes + 1)
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as err:
@@ -165,7 +156,7 @@ def _read_text(sandbox: Sandbox, path: str, limits: ToolLimits) -> str:
     return data.decode("utf-8", errors="replace")
 
 
-def _read_file(sandbox: Sandbox, args: _Args, limits: ToolLimits) -> ToolOutcome:
+def _read_file(sandbox: Sandbox, args: _Args, limits: HarnessSection) -> ToolOutcome:
     path = _path(sandbox, args.text("path"))
     lines = _read_text(sandbox, path, limits).splitlines()
     start, end = args.integer("start") or 1, args.integer("end") or len(lines)
@@ -175,14 +166,14 @@ def _read_file(sandbox: Sandbox, args: _Args, limits: ToolLimits) -> ToolOutcome
     return ToolOutcome("\n".join(numbered) if numbered else "(empty)", error=False)
 
 
-def _write_file(sandbox: Sandbox, args: _Args, limits: ToolLimits) -> ToolOutcome:
+def _write_file(sandbox: Sandbox, args: _Args, limits: HarnessSection) -> ToolOutcome:
     path = _path(sandbox, args.text("path"))
     content = args.text("content")
     sandbox.write_file(path, content)
     return ToolOutcome(f"wrote {len(content)} characters to {path}", error=False)
 
 
-def _edit_file(sandbox: Sandbox, args: _Args, limits: ToolLimits) -> ToolOutcome:
+def _edit_file(sandbox: Sandbox, args: _Args, limits: HarnessSection) -> ToolOutcome:
     path = _path(sandbox, args.text("path"))
     old, new = args.text("old"), args.text("new")
     if not old:
@@ -196,7 +187,7 @@ def _edit_file(sandbox: Sandbox, args: _Args, limits: ToolLimits) -> ToolOutcome
     return ToolOutcome(f"edited {path}", error=False)
 
 
-def _grep(sandbox: Sandbox, args: _Args, limits: ToolLimits) -> ToolOutcome:
+def _grep(sandbox: Sandbox, args: _Args, limits: HarnessSection) -> ToolOutcome:
     pattern = args.text("pattern")
     path = _path(sandbox, args.text("path", "."))
     result = sandbox.exec(["grep", "-rnIE", "--exclude-dir=.git", "-e", pattern, "--", path])
@@ -207,7 +198,7 @@ def _grep(sandbox: Sandbox, args: _Args, limits: ToolLimits) -> ToolOutcome:
     return ToolOutcome(result.stdout.rstrip("\n"), error=False)
 
 
-def _list_dir(sandbox: Sandbox, args: _Args, limits: ToolLimits) -> ToolOutcome:
+def _list_dir(sandbox: Sandbox, args: _Args, limits: HarnessSection) -> ToolOutcome:
     path = _path(sandbox, args.text("path", "."))
     try:
         entries = sandbox.list_dir(path)
@@ -216,7 +207,7 @@ def _list_dir(sandbox: Sandbox, args: _Args, limits: ToolLimits) -> ToolOutcome:
     return ToolOutcome("\n".join(entries) if entries else "(empty)", error=False)
 
 
-def _run(sandbox: Sandbox, args: _Args, limits: ToolLimits) -> ToolOutcome:
+def _run(sandbox: Sandbox, args: _Args, limits: HarnessSection) -> ToolOutcome:
     command = args.text("command")
     timeout = args.integer("timeout") or limits.run_timeout_s
     result = sandbox.exec(command, timeout=min(float(timeout), limits.run_timeout_s))
@@ -229,7 +220,7 @@ def _run(sandbox: Sandbox, args: _Args, limits: ToolLimits) -> ToolOutcome:
     return ToolOutcome("\n".join(parts), error=False)
 
 
-def _finish(sandbox: Sandbox, args: _Args, limits: ToolLimits) -> ToolOutcome:
+def _finish(sandbox: Sandbox, args: _Args, limits: HarnessSection) -> ToolOutcome:
     args.text("message", "")
     return ToolOutcome("finished", error=False, finished=True)
 

@@ -1,6 +1,2 @@
-"""Inference: the batched generation engine and its HTTP server."""
-
-from fleetrl.inference.engine import Engine, EngineStats
-from fleetrl.types import Completion, InvalidRequest, SamplingParams
-
-__all__ = ["Completion", "Engine", "EngineStats", "InvalidRequest", "SamplingParams"]
+"""Inference: the batched generation engine (`inference.engine`) and its HTTP server
+(`inference.server`). This package imports nothing, so that naming it does not load torch."""

@@ -201,6 +201,10 @@ class Engine:
         self._ensure_loop()
         return await request.future
 
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The weights served now, by name (what a weight follower diffs against)."""
+        return self.model.state_dict()
+
     async def update_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> float:
         """Load new weights between two decode steps; returns the decoding pause in seconds.
 

@@ -58,10 +58,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
-
-if TYPE_CHECKING:
-    from fleetrl.model.tokenizer import Tokenizer
+from typing import Any, Literal, Protocol
 
 Role = Literal["system", "user", "assistant", "tool"]
 
@@ -226,8 +223,14 @@ def render_chat(
     return "".join(_segments(messages, tools, add_generation_prompt))
 
 
+class TextEncoder(Protocol):
+    """What encoding a chat needs of a tokenizer (`fleetrl.model.tokenizer.Tokenizer` is one)."""
+
+    def encode(self, text: str) -> list[int]: ...
+
+
 def encode_chat(
-    tokenizer: Tokenizer,
+    tokenizer: TextEncoder,
     messages: list[Message],
     tools: list[dict[str, Any]] | None = None,
     add_generation_prompt: bool = True,
@@ -240,7 +243,7 @@ def encode_chat(
     return ids
 
 
-def encode_continuation(tokenizer: Tokenizer, messages: list[Message]) -> list[int]:
+def encode_continuation(tokenizer: TextEncoder, messages: list[Message]) -> list[int]:
     """Ids that follow a sampled assistant reply (which ended at `<|im_end|>`): the newline
     closing that turn, `messages` (tool results, user turns), and a new generation prompt.
 

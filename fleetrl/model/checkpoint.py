@@ -17,6 +17,7 @@ from safetensors.torch import load_file, save_file
 from fleetrl.model.config import ModelConfig
 from fleetrl.model.qwen3 import Qwen3
 
+BASE_MODEL = Path(__file__).resolve().parent / "assets" / "base"
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
 
@@ -25,6 +26,11 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 
 class CheckpointError(Exception):
     """A checkpoint directory is missing files or does not match its config."""
+
+
+def resolve_checkpoint(name: str | Path) -> Path:
+    """`base` means the shipped base model; anything else is a checkpoint directory."""
+    return BASE_MODEL if str(name) == "base" else Path(name)
 
 
 def init_model(config: ModelConfig, seed: int = 0, dtype: torch.dtype = torch.float32) -> Qwen3:

@@ -1,15 +1,16 @@
 """Append-only metrics log of a run: one JSON object per line in `runs/<name>/metrics.jsonl`.
 
-Role: every process that measures something (trainer, region, sync, eval) calls
+Role: every process that measures something (trainer, eval) logs a typed record of
+`fleetrl.observe.records` with `MetricsLogger.log_record(step, record)`, or a plain dict with
 `MetricsLogger.log(kind, step, values)`; the report (`fleetrl.observe.report`) and any
 notebook read the file back with `read_metrics`.
 
 Contract:
 - One record per line: `{"kind": …, "step": …, "time": …, "wall": …, <values>}`.
-  `kind` names the producer ("train", "rollout", "sync", "eval"); `step` is the producer's
-  x-axis (trainer step, or policy version for "sync"); `time` is seconds since the run
-  started on a monotonic clock; `wall` is unix time. Values are numbers, strings or lists
-  of numbers (numpy and torch scalars/arrays are converted).
+  `kind` names the producer ("train", "sync", "eval": see `fleetrl.observe.records`);
+  `step` is the producer's x-axis (trainer step, or policy version for "sync"); `time` is
+  seconds since the run started on a monotonic clock; `wall` is unix time. Values are
+  numbers, strings or lists of numbers (numpy and torch scalars/arrays are converted).
 - Each record is written with one unbuffered `write` of a whole line, so a crash loses at
   most the line being written, and readers never see half of an earlier record.
 - Reopening an existing file appends: a partial last line left by a crash is cut off first,
@@ -33,8 +34,11 @@ import math
 import os
 import threading
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
+
+from fleetrl.observe.records import Record
 
 Value = float | int | str | list[float]
 RESERVED = ("kind", "step", "time", "wall")
@@ -79,6 +83,12 @@ class MetricsLogger:
                 os.fsync(self._file.fileno())
             if self._tb is not None:
                 _mirror(self._tb, json.loads(line))  # decoded: numpy/torch values are plain now
+
+    def log_record(self, step: int, record: Record) -> None:
+        """Append `record` under its kind at `step`: the fields as keys, None ones left out
+        (the line is what `log` writes for a dict of the fields that are set)."""
+        values = {key: value for key, value in asdict(record).items() if value is not None}
+        self.log(record.kind, step, values)
 
     def close(self) -> None:
         """Close the file and the TensorBoard writer (idempotent)."""

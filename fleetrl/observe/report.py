@@ -5,7 +5,8 @@ Role: `write_report(run_dir)` reads `run_dir/metrics.jsonl` (see `fleetrl.observ
 `run_dir/report.html`. The page has no external assets: plots are inline base64 PNGs drawn
 by matplotlib (object API, Agg renderer; the global pyplot backend is not touched).
 
-Contract: the metric keys read, by record kind (`SECTIONS` below is the source of truth):
+Contract: the metric keys read, by record kind (`SECTIONS` below is the source of truth; every
+key is a field of the kind's record in `fleetrl.observe.records`, checked on import):
 
     train    reward, pass_rate                                  (a) reward and pass rate
              staleness_hist (counts for staleness 0, 1, 2, …), staleness_mean      (b)
@@ -16,7 +17,6 @@ Contract: the metric keys read, by record kind (`SECTIONS` below is the source o
              loss, grad_norm, entropy, output_scale             optimisation
     eval     pass_at_1, ci_low, ci_high (step = train step evaluated at; on plot (a))
     sync     sync_bytes, sync_full_bytes, sync_pause_ms (step = policy version)      (c)
-    rollout  sandbox_p50_ms, sandbox_p99_ms (step = policy version the region followed)
 
 `eval.json`, if present, maps a label to a summary object, e.g.
 `{"base": {"pass_at_1": 0.31, "ci_low": 0.25, "ci_high": 0.37, "n": 200}, "final": {…}}`;
@@ -40,17 +40,32 @@ import io
 import json
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
 from fleetrl.observe.metrics import read_metrics
+from fleetrl.observe.records import RECORDS, EvalRecord, Record, SyncRecord, TrainRecord
 
 Records = dict[str, list[dict[str, Any]]]  # kind → its records, in step order
 
 _FINAL_WINDOW = 10  # "final" train numbers are the mean of this many last steps (one is noise)
 _SMOOTH_ABOVE = 50  # series longer than this get a moving average over the faint raw line
 _MAX_STALENESS_BANDS = 8  # staleness >= 7 shares the last band; more colours are unreadable
+
+
+def series(record: type[Record], key: str) -> str:
+    """The series name "kind.key" of a record's field. Raises `ValueError` if the record has
+    no such field: a panel naming a key that nothing logs fails when this module loads."""
+    if key not in {f.name for f in fields(record)}:
+        raise ValueError(f"{record.__name__} has no field {key!r}: nothing logs it")
+    return f"{record.kind}.{key}"
+
+
+_train = partial(series, TrainRecord)
+_sync = partial(series, SyncRecord)
+_eval = partial(series, EvalRecord)
 
 
 @dataclass(frozen=True)
@@ -84,8 +99,8 @@ SECTIONS = (
         "Mean reward and pass rate of the samples trained on at each step; dots are held-out "
         "evaluations with their confidence intervals.",
         (
-            Panel("reward", ("train.reward",), "mean reward"),
-            Panel("pass rate", ("train.pass_rate", "eval.pass_at_1"), "fraction passed"),
+            Panel("reward", (_train("reward"),), "mean reward"),
+            Panel("pass rate", (_train("pass_rate"), _eval("pass_at_1")), "fraction passed"),
         ),
     ),
     Section(
@@ -95,9 +110,9 @@ SECTIONS = (
         "each staleness per step, and the mean.",
         (
             Panel(
-                "share by staleness", ("train.staleness_hist",), "share of samples", style="hist"
+                "share by staleness", (_train("staleness_hist"),), "share of samples", style="hist"
             ),
-            Panel("mean staleness", ("train.staleness_mean",), "versions"),
+            Panel("mean staleness", (_train("staleness_mean"),), "versions"),
         ),
     ),
     Section(
@@ -108,11 +123,11 @@ SECTIONS = (
         (
             Panel(
                 "bytes per version",
-                ("sync.sync_bytes", "sync.sync_full_bytes"),
+                (_sync("sync_bytes"), _sync("sync_full_bytes")),
                 style="points",
                 log_bytes=True,
             ),
-            Panel("engine pause", ("sync.sync_pause_ms",), "ms"),
+            Panel("engine pause", (_sync("sync_pause_ms"),), "ms"),
         ),
     ),
     Section(
@@ -121,10 +136,10 @@ SECTIONS = (
         "How far the sampling engine's token probabilities are from the trainer's, and how "
         "often the loss truncated the correction weight or clipped the ratio.",
         (
-            Panel("KL(engine ‖ trainer), k3 estimate", ("train.mismatch_kl_k3",), "nats/token"),
-            Panel("mean |Δ logprob|", ("train.mismatch_abs_logprob",), "nats/token"),
-            Panel("correction truncated", ("train.correction_truncated_frac",), "fraction"),
-            Panel("ratio clipped", ("train.clip_frac",), "fraction"),
+            Panel("KL(engine ‖ trainer), k3 estimate", (_train("mismatch_kl_k3"),), "nats/token"),
+            Panel("mean |Δ logprob|", (_train("mismatch_abs_logprob"),), "nats/token"),
+            Panel("correction truncated", (_train("correction_truncated_frac"),), "fraction"),
+            Panel("ratio clipped", (_train("clip_frac"),), "fraction"),
         ),
     ),
     Section(
@@ -133,12 +148,12 @@ SECTIONS = (
         "Samples and tokens trained per second, the fraction of time the trainer sat idle "
         "waiting for data, and where each step's time went.",
         (
-            Panel("samples/s", ("train.samples_per_s",), "samples/s"),
-            Panel("tokens/s", ("train.tokens_per_s",), "tokens/s"),
-            Panel("trainer idle", ("train.trainer_idle_frac",), "fraction"),
+            Panel("samples/s", (_train("samples_per_s"),), "samples/s"),
+            Panel("tokens/s", (_train("tokens_per_s"),), "tokens/s"),
+            Panel("trainer idle", (_train("trainer_idle_frac"),), "fraction"),
             Panel(
                 "time per step",
-                ("train.wait_s", "train.forward_backward_s", "train.publish_s"),
+                (_train("wait_s"), _train("forward_backward_s"), _train("publish_s")),
                 "s",
                 style="stack",
             ),
@@ -150,17 +165,11 @@ SECTIONS = (
         "Policy loss, gradient norm before clipping, mean entropy of the sampled tokens, and "
         "the final norm's mean gain (the output logits' scale: rising means sharpening).",
         (
-            Panel("loss", ("train.loss",)),
-            Panel("gradient norm", ("train.grad_norm",)),
-            Panel("entropy", ("train.entropy",), "nats/token"),
-            Panel("output scale", ("train.output_scale",)),
+            Panel("loss", (_train("loss"),)),
+            Panel("gradient norm", (_train("grad_norm"),)),
+            Panel("entropy", (_train("entropy"),), "nats/token"),
+            Panel("output scale", (_train("output_scale"),)),
         ),
-    ),
-    Section(
-        "rollout",
-        "Rollouts",
-        "Sandbox start-up latency seen by the rollout regions (median and 99th percentile).",
-        (Panel("sandbox latency", ("rollout.sandbox_p50_ms", "rollout.sandbox_p99_ms"), "ms"),),
     ),
 )
 
@@ -240,15 +249,16 @@ def _summary_table(
     missing = "<span class='missing'>not logged</span>"
     times = [r["time"] for r in raw if _is_number(r.get("time"))]
     walls = [r["wall"] for r in raw if _is_number(r.get("wall"))]
-    train = records.get("train", [])
+    train = records.get(TrainRecord.kind, [])
     rows = [
         ("run", _esc(name)),
         ("started", _utc(min(walls)) if walls else missing),
         ("duration", _duration(max(times)) if times else missing),
         ("train steps", f"{train[-1]['step']} ({len(train)} logged)" if train else missing),
     ]
-    for label, series in (("final reward", "train.reward"), ("final pass rate", "train.pass_rate")):
-        values = _numeric(records, series)[1][-_FINAL_WINDOW:]
+    finals = (("final reward", _train("reward")), ("final pass rate", _train("pass_rate")))
+    for label, name in finals:
+        values = _numeric(records, name)[1][-_FINAL_WINDOW:]
         if values:
             rows.append((label, f"{_mean(values):.3f} (mean of last {len(values)} steps)"))
         else:
@@ -257,7 +267,7 @@ def _summary_table(
     rows.append(("weight sync", _sync_summary(records) or missing))
     speeds = []
     for key, unit in (("samples_per_s", "samples/s"), ("tokens_per_s", "tokens/s")):
-        values = _numeric(records, f"train.{key}")[1]
+        values = _numeric(records, _train(key))[1]
         if values:
             speeds.append(f"{_mean(values):,.1f} {unit}")
     rows.append(("mean throughput", ", ".join(speeds) or missing))
@@ -270,7 +280,7 @@ def _base_vs_final(records: Records, evals: dict[str, Any]) -> str | None:
     if isinstance(evals.get("base"), dict) and isinstance(evals.get("final"), dict):
         pairs = [("base", evals["base"]), ("final", evals["final"])]
     else:
-        points = [r for r in records.get("eval", []) if _is_number(r.get("pass_at_1"))]
+        points = [r for r in records.get(EvalRecord.kind, []) if _is_number(r.get("pass_at_1"))]
         if not points:
             return None
         ends = [points[0], points[-1]] if len(points) > 1 else [points[0]]
@@ -296,14 +306,14 @@ def _pass_at_1(summary: dict[str, Any]) -> str:
 
 def _sync_summary(records: Records) -> str | None:
     """Total bytes sent, compared with full snapshots, and the mean engine pause."""
-    sent = _numeric(records, "sync.sync_bytes")[1]
+    sent = _numeric(records, _sync("sync_bytes"))[1]
     if not sent:
         return None
     text = f"{_human_bytes(sum(sent))} over {len(sent)} version{'s' * (len(sent) != 1)}"
-    full = _numeric(records, "sync.sync_full_bytes")[1]
+    full = _numeric(records, _sync("sync_full_bytes"))[1]
     if full and sum(sent) > 0:
         text += f" (full snapshots: {_human_bytes(sum(full))}, {sum(full) / sum(sent):.1f}x more)"
-    pauses = _numeric(records, "sync.sync_pause_ms")[1]
+    pauses = _numeric(records, _sync("sync_pause_ms"))[1]
     if pauses:
         text += f"; mean pause {_mean(pauses):.1f} ms"
     return text
@@ -347,7 +357,7 @@ def _figure_png(panels: tuple[Panel, ...], records: Records) -> str:
             ax.set_yticks([])
             continue
         kind = panel.series[0].split(".", 1)[0]
-        ax.set_xlabel("policy version" if kind in ("sync", "rollout") else "train step")
+        ax.set_xlabel(RECORDS[kind].step_axis)
         ax.set_ylabel(panel.ylabel)
         # Steps and versions are whole numbers: no 2.95, 3.00, 3.05 ticks around one point.
         ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
@@ -382,7 +392,7 @@ def _draw_panel(ax: Any, panel: Panel, records: Records) -> bool:
         drawn = True
         kind, key = name.split(".", 1)
         style = {"color": f"C{index}", "label": f"{key} ({kind})" if len(kinds) > 1 else key}
-        if kind == "eval":
+        if kind == EvalRecord.kind:
             _draw_eval(ax, records, key, style)
         elif panel.style == "points" and index == 0:
             ax.plot(steps, values, "o", markersize=3, zorder=3, **style)
@@ -399,7 +409,7 @@ def _draw_panel(ax: Any, panel: Panel, records: Records) -> bool:
 
 def _draw_eval(ax: Any, records: Records, key: str, style: dict[str, str]) -> None:
     """Eval points, with error bars when every point has ci_low and ci_high."""
-    points = [r for r in records.get("eval", []) if _is_number(r.get(key))]
+    points = [r for r in records.get(EvalRecord.kind, []) if _is_number(r.get(key))]
     steps, values = [r["step"] for r in points], [r[key] for r in points]
     yerr = None
     if all(_is_number(r.get("ci_low")) and _is_number(r.get("ci_high")) for r in points):

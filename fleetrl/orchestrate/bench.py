@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import statistics
 import tempfile
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from fleetrl.config import load_config
+from fleetrl.config import RunConfig, with_overrides
 from fleetrl.observe.metrics import read_metrics
 from fleetrl.orchestrate.local import run_local
 from fleetrl.store.trajectories import TrajectoryChannel
@@ -53,49 +54,48 @@ def _measure(run_dir: Path) -> dict[str, float]:
     }
 
 
+@dataclass
+class PipelineWorkload:
+    """What both modes run: the same batch, concurrency and number of steps."""
+
+    steps: int = 8  # optimizer steps per mode
+    groups_per_step: int = 4  # P
+    group_size: int = 8  # G
+    max_staleness: int = 2  # the asynchronous run's bound (the synchronous one's is 0)
+    env_latency_s: float = 1.0  # mean simulated environment wait per tool turn
+
+
 def run_pipeline_bench(
-    steps: int = 8,
-    groups_per_step: int = 4,
-    group_size: int = 8,
-    max_staleness: int = 2,
-    model: str = "base",
-    progress: bool = True,
-    env_latency_s: float = 1.0,
+    base: RunConfig, workload: PipelineWorkload, progress: bool = True
 ) -> dict[str, Any]:
-    """Run sync then async; return both sides' figures and `speedup` (async / sync).
+    """Run sync then async from the `base` configuration; return both sides' figures and
+    `speedup` (async / sync).
 
     Both runs may keep (max_staleness + 1) batches of groups in flight (the synchronous
     one's admission never uses more than one); `env_latency_s` adds the long-tailed
-    environment waits of production episodes (see HarnessConfig.env_latency_s)."""
+    environment waits of production episodes (see `rollout.env_latency_s`)."""
+    w = workload
     result: dict[str, Any] = {}
-    for mode, staleness in (("sync", 0), ("async", max_staleness)):
+    for mode, staleness in (("sync", 0), ("async", w.max_staleness)):
         overrides = {
             "name": f"bench-{mode}",
-            "model": {"path": model},
             "trainer": {
-                "steps": steps,
-                "groups_per_step": groups_per_step,
+                "steps": w.steps,
+                "groups_per_step": w.groups_per_step,
                 "max_staleness": staleness,
             },
             "rollout": {
-                "group_size": group_size,
-                "max_concurrent_groups": groups_per_step * (max_staleness + 1),
-                "env_latency_s": env_latency_s,
+                "group_size": w.group_size,
+                "max_concurrent_groups": w.groups_per_step * (w.max_staleness + 1),
+                "env_latency_s": w.env_latency_s,
             },
             "eval": {"enabled": False},
         }
-        config = load_config(overrides=overrides)
+        config = with_overrides(base, overrides)
         with tempfile.TemporaryDirectory(prefix=f"fleetrl-bench-{mode}-") as tmp:
             run_dir = Path(tmp) / config.name
             run_local(config, run_dir, progress=progress)
             result[mode] = _measure(run_dir)
     result["speedup"] = result["async"]["samples_per_s"] / result["sync"]["samples_per_s"]
-    result["config"] = {
-        "steps": steps,
-        "groups_per_step": groups_per_step,
-        "group_size": group_size,
-        "max_staleness": max_staleness,
-        "model": model,
-        "env_latency_s": env_latency_s,
-    }
+    result["config"] = asdict(workload) | {"model": base.model.path}
     return result

@@ -21,10 +21,12 @@ from pathlib import Path
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from fleetrl.config import RunConfig, dump_config
-from fleetrl.envs.tasks import cache_dir
+from fleetrl.envs.cache import cache_dir
+from fleetrl.model.checkpoint import resolve_checkpoint
 from fleetrl.observe.metrics import MetricsLogger, read_metrics
+from fleetrl.observe.records import EvalRecord
 from fleetrl.observe.report import write_report
-from fleetrl.rollout.evaluate import EvalResult, evaluate_checkpoint, resolve_checkpoint
+from fleetrl.rollout.evaluate import EvalResult, evaluate_checkpoint
 
 MAX_RESTARTS = 3
 
@@ -102,10 +104,12 @@ def _eval_cache_key(checkpoint: Path, config: RunConfig) -> str:
     settings = (
         config.eval.split,
         config.eval.episodes,
+        config.eval.max_tasks,
         config.rollout.temperature,
-        config.tasks.suite,
+        config.tasks.model_dump(),
+        config.harness.model_dump(),
     )
-    digest.update(json.dumps(settings).encode())
+    digest.update(json.dumps(settings, sort_keys=True).encode())
     return digest.hexdigest()[:24]
 
 
@@ -117,22 +121,25 @@ def evaluate(
     path = cache_dir() / "evals" / f"{_eval_cache_key(checkpoint, config)}.json"
     if cache and path.is_file():
         return EvalResult(**json.loads(path.read_text()))
-    tasks = config.tasks
-    result = evaluate_checkpoint(
-        checkpoint,
-        suite=tasks.suite,
-        split=config.eval.split,
-        tasks_dir=Path(tasks.tasks_dir) if tasks.tasks_dir else None,
-        min_episodes=config.eval.episodes,
-        temperature=config.rollout.temperature,
-        seed=config.trainer.seed,
-        max_tasks=config.eval.max_tasks or None,
-        progress=progress,
-    )
+    result = evaluate_checkpoint(checkpoint, config, progress=progress)
     if cache:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(result.to_json()))
     return result
+
+
+def eval_record(result: EvalResult, model: str) -> EvalRecord:
+    """The "eval" record of one evaluated checkpoint (`model`: "base" or "final")."""
+    return EvalRecord(
+        pass_at_1=result.pass_at_1,
+        ci_low=result.ci_low,
+        ci_high=result.ci_high,
+        episodes=result.episodes,
+        tasks=result.tasks,
+        duration_s=result.duration_s,
+        mean_tool_errors=result.mean_tool_errors,
+        model=model,
+    )
 
 
 def run_local(config: RunConfig, run_dir: Path, regions: int = 1, progress: bool = True) -> dict:
@@ -162,10 +169,9 @@ def run_local(config: RunConfig, run_dir: Path, regions: int = 1, progress: bool
         with MetricsLogger(run_dir / "metrics.jsonl") as log:
             for label, step, checkpoint, cache in evaluated:
                 label_bar = f"evaluating {label} on {config.eval.split}" if progress else None
-                result = evaluate(checkpoint, config, cache, label_bar).to_json()
-                summary[label] = result
-                figures = {k: v for k, v in result.items() if isinstance(v, int | float)}
-                log.log("eval", step, figures | {"model": label})
+                result = evaluate(checkpoint, config, cache, label_bar)
+                summary[label] = result.to_json()
+                log.log_record(step, eval_record(result, label))
         (run_dir / "eval.json").write_text(json.dumps(summary, indent=2))
     write_report(run_dir)
     return summary

@@ -12,24 +12,18 @@ import asyncio
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from fleetrl.envs.tasks import load_tasks
+from fleetrl.config import RunConfig
+from fleetrl.envs.suites import load_tasks
 from fleetrl.model.checkpoint import load_pretrained
 from fleetrl.model.tokenizer import Tokenizer
-from fleetrl.rollout.worker import RolloutConfig, Rollouts, rollout_engine
-from fleetrl.types import SamplingParams, Task, Trajectory
-
-BASE_MODEL = Path(__file__).resolve().parent.parent / "model" / "assets" / "base"
-
-
-def resolve_checkpoint(name: str | Path) -> Path:
-    """`base` means the shipped base model; anything else is a checkpoint directory."""
-    return BASE_MODEL if str(name) == "base" else Path(name)
+from fleetrl.rollout.worker import Rollouts, rollout_engine
+from fleetrl.types import Task, Trajectory
 
 
 @dataclass
@@ -107,33 +101,29 @@ async def evaluate_policy(
 
 
 def evaluate_checkpoint(
-    checkpoint: Path,
-    suite: str | None = "micro",
-    split: str | None = "heldout",
-    tasks_dir: Path | None = None,
-    min_episodes: int = 200,
-    temperature: float = 1.0,
-    seed: int = 0,
-    config: RolloutConfig | None = None,
-    max_tasks: int | None = None,
-    progress: str | None = None,
+    checkpoint: Path, config: RunConfig, split: str | None = None, progress: str | None = None
 ) -> EvalResult:
-    """pass@1 of a checkpoint directory over at least `min_episodes` episodes of a split
-    (of its first `max_tasks` tasks, when given). `progress`: show a progress bar with
-    this label."""
-    tasks = load_tasks(suite=None if tasks_dir else suite, tasks_dir=tasks_dir, split=split)
-    tasks = tasks[:max_tasks] if max_tasks else tasks
-    samples = max(1, math.ceil(min_episodes / len(tasks)))
+    """pass@1 of a checkpoint directory over at least `config.eval.episodes` episodes of
+    `split` (default `config.eval.split`) of the configured tasks, at the rollout
+    temperature (of the split's first `eval.max_tasks` tasks, when set). `progress`: show a
+    progress bar with this label."""
+    tasks = load_tasks(
+        suite=None if config.tasks.tasks_dir else config.tasks.suite,
+        tasks_dir=Path(config.tasks.tasks_dir) if config.tasks.tasks_dir else None,
+        split=split or config.eval.split,
+    )
+    tasks = tasks[: config.eval.max_tasks] if config.eval.max_tasks else tasks
+    samples = max(1, math.ceil(config.eval.episodes / len(tasks)))
     model = load_pretrained(checkpoint)
     tokenizer = Tokenizer.from_pretrained(checkpoint)
-    config = config or RolloutConfig()
-    sampling = SamplingParams(temperature=temperature)
-    config = replace(config, harness=replace(config.harness, sampling=sampling))
+    episodes, gradings = config.eval.max_concurrent, config.eval.max_concurrent_verify
 
     async def run(on_episode: Callable[[Trajectory], None] | None) -> EvalResult:
-        engine = rollout_engine(model, config, seed)
+        engine = rollout_engine(model, config.harness, episodes, config.trainer.seed)
         try:
-            rollouts = Rollouts(engine, tokenizer, config)
+            rollouts = Rollouts(
+                engine, tokenizer, config.harness, config.rollout, episodes, gradings
+            )
             return await evaluate_policy(rollouts, tasks, samples, on_episode)
         finally:
             await engine.close()

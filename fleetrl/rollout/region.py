@@ -6,15 +6,9 @@
           ▲                                 │ finished group
           └── trainer progress (store) ◀────┴─▶ TrajectoryChannel.append (store)
 
-Admission bounds staleness before the work is done (Fireworks' gate): with B samples per
-optimizer step, staleness bound O and group size G, a group may start only while
-
-    (held_version + O + 1) * B - (submitted - dropped) - in_flight * G >= G
-
-so every admitted sample is due for training within O versions of the weights that start
-it. With O = 0 it degenerates into the synchronous loop: a whole batch at version v, then
-nothing until v + 1 is published. A region shares only the object store with the trainer;
-it stops when the trainer writes the stop object.
+The gate (`fleetrl.rollout.admission`) starts a group only while its samples are due for
+training within `trainer.max_staleness` versions. A region shares only the object store
+with the trainer; it stops when the trainer writes the stop object (`store.control`).
 
 Not covered: several regions sharing one admission budget (each region gates on its own
 submissions; the trainer's staleness filter stays the hard bound).
@@ -24,43 +18,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import random
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
 
 from fleetrl.config import RunConfig
-from fleetrl.envs.tasks import load_tasks
-from fleetrl.model.checkpoint import load_pretrained
+from fleetrl.envs.suites import load_tasks
+from fleetrl.model.checkpoint import load_pretrained, resolve_checkpoint
 from fleetrl.model.tokenizer import Tokenizer
-from fleetrl.rollout.evaluate import resolve_checkpoint
-from fleetrl.rollout.worker import RolloutConfig, Rollouts, rollout_engine
+from fleetrl.rollout.admission import may_admit
+from fleetrl.rollout.worker import Rollouts, rollout_engine
+from fleetrl.store.control import read_progress, stop_signalled, store_url
 from fleetrl.store.follower import WeightFollower
-from fleetrl.store.objectstore import ObjectNotFound
 from fleetrl.store.trajectories import RegionReport, TrajectoryChannel
 from fleetrl.store.weights import WeightStore
-from fleetrl.trainer.loop import PROGRESS_KEY, STOP_KEY, store_url
-from fleetrl.types import SamplingParams, Trajectory
-
-
-def rollout_config(config: RunConfig) -> RolloutConfig:
-    """The RolloutConfig a region runs with."""
-    rc = config.rollout
-    base = RolloutConfig()
-    harness = replace(
-        base.harness,
-        sampling=SamplingParams(temperature=rc.temperature),
-        env_latency_s=rc.env_latency_s,
-    )
-    return replace(
-        base,
-        harness=harness,
-        sandbox_backend=rc.sandbox_backend,
-        max_concurrent=rc.group_size * rc.max_concurrent_groups,
-        max_concurrent_verify=rc.max_concurrent_verify,
-    )
+from fleetrl.types import Trajectory
 
 
 class Region:
@@ -69,7 +43,7 @@ class Region:
     def __init__(self, config: RunConfig, run_dir: Path, name: str) -> None:
         self.config = config
         self.name = name
-        self.weights = WeightStore(store_url(config, run_dir))
+        self.weights = WeightStore(store_url(config.store.url, run_dir))
         self.channel = TrajectoryChannel(self.weights.store)
         tasks = config.tasks
         self.tasks = load_tasks(
@@ -81,21 +55,19 @@ class Region:
         self.submitted = self.channel.count(name) * config.rollout.group_size
         self.syncs_since_report: list[dict[str, float]] = []
 
-    def _store_json(self, key: str) -> dict | None:
-        try:
-            return json.loads(self.weights.store.get(key))
-        except ObjectNotFound:
-            return None
-
     def may_admit(self, held: int, in_flight: int) -> bool:
-        """The admission gate (module docstring)."""
-        tc, group = self.config.trainer, self.config.rollout.group_size
-        if in_flight >= self.config.rollout.max_concurrent_groups:
-            return False
-        progress = self._store_json(PROGRESS_KEY) or {}
-        batch = tc.groups_per_step * group
-        counted = self.submitted - progress.get("dropped_samples", 0)
-        return (held + tc.max_staleness + 1) * batch - counted - in_flight * group >= group
+        """Whether one more group may start now (`fleetrl.rollout.admission`)."""
+        tc, rc = self.config.trainer, self.config.rollout
+        return may_admit(
+            held,
+            self.submitted,
+            read_progress(self.weights.store).dropped_samples,
+            in_flight,
+            batch=tc.groups_per_step * rc.group_size,
+            max_staleness=tc.max_staleness,
+            group_size=rc.group_size,
+            max_groups=rc.max_concurrent_groups,
+        )
 
     async def run(self) -> None:
         """Run groups until the trainer says stop."""
@@ -105,18 +77,19 @@ class Region:
             await asyncio.sleep(0.2)
         checkpoint = resolve_checkpoint(self.config.model.path)
         tokenizer = Tokenizer.from_pretrained(checkpoint)
-        config = rollout_config(self.config)
+        harness = self.config.harness
+        episodes = rc.group_size * rc.max_concurrent_groups
         model = load_pretrained(checkpoint, dtype=torch.float32)
-        engine = rollout_engine(model, config, self.config.trainer.seed)
+        engine = rollout_engine(model, harness, episodes, self.config.trainer.seed)
         follower = WeightFollower(self.weights, engine, self.name, poll_s=0.2)
         await follower.sync_once()
-        rollouts = Rollouts(engine, tokenizer, config)
+        rollouts = Rollouts(engine, tokenizer, harness, rc, episodes, rc.max_concurrent_verify)
         stop = asyncio.Event()
         following = asyncio.create_task(follower.run(stop))
         in_flight: set[asyncio.Task[list[Trajectory]]] = set()
         seen_syncs = len(follower.records)
         try:
-            while not await asyncio.to_thread(self.weights.store.exists, STOP_KEY):
+            while not await asyncio.to_thread(stop_signalled, self.weights.store):
                 held = follower.held or 0
                 while self.may_admit(held, len(in_flight)):
                     task = self.rng.choice(self.tasks)

@@ -13,40 +13,28 @@ from __future__ import annotations
 
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 
-from fleetrl.envs.harness import HarnessConfig, TokenPolicy, micro_harness, run_episode
+from fleetrl.config import HarnessSection, RolloutSection
+from fleetrl.envs.harness import TokenPolicy, run_episode
 from fleetrl.envs.sandbox import Limits, open_sandbox
-from fleetrl.envs.tasks import ensure_repo
 from fleetrl.envs.verifier import sandbox_changes, verify
+from fleetrl.envs.workspace import ensure_repo
 from fleetrl.inference.engine import Engine
 from fleetrl.model.qwen3 import Qwen3
 from fleetrl.model.tokenizer import Tokenizer
-from fleetrl.types import Task, Trajectory
+from fleetrl.types import SamplingParams, Task, Trajectory
 
 
-@dataclass
-class RolloutConfig:
-    """How episodes are run and graded."""
-
-    harness: HarnessConfig = field(default_factory=micro_harness)
-    sandbox_backend: str = "auto"  # "bwrap" (isolated); "local" only for development
-    sandbox_limits: Limits = field(default_factory=lambda: Limits(wall_s=30.0, memory_mb=1024))
-    verify_timeout_s: float = 60.0  # the hidden tests' wall-time limit
-    max_concurrent: int = 32  # episodes in flight at once (generation batches across them)
-    max_concurrent_verify: int = 4  # gradings at once (each starts pytest in a sandbox)
-
-
-def rollout_engine(model: Qwen3, config: RolloutConfig, seed: int = 0) -> Engine:
-    """An engine sized for `config`: a decode slot and a prefix-cache slot per episode in
-    flight (each turn continues its episode's previous one), contexts of the harness's
+def rollout_engine(model: Qwen3, harness: HarnessSection, episodes: int, seed: int = 0) -> Engine:
+    """An engine sized for `episodes` in flight: a decode slot and a prefix-cache slot per
+    episode (each turn continues its episode's previous one), contexts of the harness's
     window."""
     return Engine(
         model,
-        max_batch_size=config.max_concurrent,
-        max_model_len=config.harness.max_context + 8,  # + room for the reply's stop token
+        max_batch_size=episodes,
+        max_model_len=harness.max_context + 8,  # + room for the reply's stop token
         seed=seed,
-        prefix_cache_slots=config.max_concurrent,
+        prefix_cache_slots=episodes,
     )
 
 
@@ -58,36 +46,60 @@ class Rollouts:
     asyncio's default pool (a handful of threads) would queue them behind each other.
     """
 
-    def __init__(self, policy: TokenPolicy, tokenizer: Tokenizer, config: RolloutConfig) -> None:
-        workers = 2 * config.max_concurrent + config.max_concurrent_verify + 4
+    def __init__(
+        self,
+        policy: TokenPolicy,
+        tokenizer: Tokenizer,
+        harness: HarnessSection,
+        rollout: RolloutSection,
+        episodes: int,
+        gradings: int,
+    ) -> None:
+        """`episodes` run at once (generation batches across them), `gradings` of them are
+        graded at once (each starts pytest in a sandbox)."""
+        workers = 2 * episodes + gradings + 4
         asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(workers))
         self.policy = policy
         self.tokenizer = tokenizer
-        self.config = config
-        self._episodes = asyncio.Semaphore(config.max_concurrent)
-        self._gradings = asyncio.Semaphore(config.max_concurrent_verify)
+        self.harness = harness
+        self.rollout = rollout
+        self.sampling = SamplingParams(temperature=rollout.temperature)
+        self.limits = Limits(wall_s=rollout.sandbox_wall_s, memory_mb=rollout.sandbox_memory_mb)
+        self._episodes = asyncio.Semaphore(episodes)
+        self._gradings = asyncio.Semaphore(gradings)
 
-    async def run_one(self, task: Task, group_id: str = "") -> Trajectory:
-        """One episode on `task`, graded; the trajectory carries reward and flags."""
-        config = self.config
+    async def run_one(self, task: Task, group_id: str = "", grade: bool = True) -> Trajectory:
+        """One episode on `task`, graded; the trajectory carries reward and flags. With
+        `grade=False` the verifier is skipped (reward stays 0): for a scripted policy that
+        checks its own work, where grading would cost ~10x the episode."""
+        rollout = self.rollout
         async with self._episodes:
             repo = await asyncio.to_thread(ensure_repo, task)
             sandbox = await asyncio.to_thread(
-                open_sandbox, repo, config.sandbox_backend, config.sandbox_limits
+                open_sandbox, repo, rollout.sandbox_backend, self.limits
             )
             try:
                 episode = await run_episode(
-                    self.policy, self.tokenizer, sandbox, task, config.harness, group_id
+                    self.policy,
+                    self.tokenizer,
+                    sandbox,
+                    task,
+                    self.harness,
+                    self.sampling,
+                    group_id,
+                    rollout.env_latency_s,
                 )
                 changes = await asyncio.to_thread(sandbox_changes, sandbox, repo)
             finally:
                 await asyncio.to_thread(sandbox.close)
+        trajectory = episode.trajectory
+        if not grade:
+            return trajectory
         calls = [(record.name, record.arguments) for record in episode.tool_log]
         async with self._gradings:
             result = await asyncio.to_thread(
-                verify, task, changes, calls, timeout=config.verify_timeout_s
+                verify, task, changes, calls, timeout=rollout.verify_timeout_s
             )
-        trajectory = episode.trajectory
         trajectory.reward = result.reward
         trajectory.flags = result.flags
         return trajectory

@@ -30,11 +30,25 @@ import asyncio
 import contextlib
 import logging
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from fleetrl.inference.engine import Engine
+import torch
+
 from fleetrl.store.weights import CorruptWeights, FetchResult, Held, WeightStore, WeightStoreError
 
 log = logging.getLogger(__name__)
+
+
+class WeightSink(Protocol):
+    """What a follower needs of an engine (`fleetrl.inference.engine.Engine` is one)."""
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The weights the engine serves now, by name."""
+        ...
+
+    async def update_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> float:
+        """Swap in these tensors (all or some) between two decode steps; the pause in s."""
+        ...
 
 
 @dataclass
@@ -60,12 +74,12 @@ class FollowerStats:
 
 
 class WeightFollower:
-    """Polls a WeightStore and applies each new version to an Engine, in flight."""
+    """Polls a WeightStore and applies each new version to an engine, in flight."""
 
     def __init__(
         self,
         store: WeightStore,
-        engine: Engine,
+        engine: WeightSink,
         name: str,
         held: int | None = None,
         poll_s: float = 1.0,
@@ -116,7 +130,7 @@ class WeightFollower:
     async def _fetch(self, version: int) -> FetchResult:
         if self.held is None:
             return await asyncio.to_thread(self.store.fetch, version)
-        have = Held(self.held, self.engine.model.state_dict())
+        have = Held(self.held, self.engine.state_dict())
         try:
             return await asyncio.to_thread(self.store.fetch, version, have, True)
         except CorruptWeights as err:

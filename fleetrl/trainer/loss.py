@@ -27,22 +27,10 @@ the policy sampled.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 import torch
 
-
-@dataclass
-class LossConfig:
-    """Knobs of the policy loss."""
-
-    clip_low: float = 0.2  # ε_low: ratio clipped below at 1 - clip_low
-    clip_high: float = 0.28  # ε_high: above at 1 + clip_high (asymmetric, DAPO's clip-higher)
-    correction: Literal["tis", "mis", "none"] = "tis"  # how w = π_prox / μ is bounded
-    correction_cap: float = 2.0  # C in TIS / MIS
-    kl_coef: float = 0.0  # β of the k3 KL to the reference policy (0: no reference)
-    aggregation: Literal["seq_sum_norm", "token_mean"] = "seq_sum_norm"
-    norm_tokens: int = 512  # Dr. GRPO's constant denominator per sample
+from fleetrl.config import TrainerSection
 
 
 @dataclass
@@ -53,7 +41,7 @@ class LossOutput:
     metrics: dict[str, float]  # mismatch, clipping, correction statistics (see policy_loss)
 
 
-def loss_normalizer(config: LossConfig, samples: int, loss_tokens: int) -> float:
+def loss_normalizer(config: TrainerSection, samples: int, loss_tokens: int) -> float:
     """The denominator of the whole batch's loss (see the module docstring)."""
     if config.aggregation == "seq_sum_norm":
         return float(samples * config.norm_tokens)
@@ -72,7 +60,7 @@ def policy_loss(
     behaviour: torch.Tensor,
     advantages: torch.Tensor,
     mask: torch.Tensor,
-    config: LossConfig,
+    config: TrainerSection,
     normalizer: float,
     reference: torch.Tensor | None = None,
 ) -> LossOutput:

@@ -13,28 +13,30 @@ is published. Shapes: B sequences, T positions.
 
 from __future__ import annotations
 
+import functools
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
+from fleetrl.config import TrainerSection
 from fleetrl.model.qwen3 import Qwen3
 from fleetrl.trainer.advantages import Estimator, group_advantages
-from fleetrl.trainer.loss import LossConfig, loss_normalizer, policy_loss
+from fleetrl.trainer.loss import loss_normalizer, policy_loss
 from fleetrl.types import Segment, Trajectory
 
 
-@dataclass
-class StepConfig:
-    """How one batch becomes one optimizer step."""
-
-    loss: LossConfig = field(default_factory=LossConfig)
-    advantage: Estimator = "drgrpo"
-    micro_batch_size: int = 8  # sequences per forward/backward (memory, not math)
-    max_grad_norm: float = 1.0
-    # Matmuls in bfloat16 (autocast; master weights, logprobs and loss stay float32): about
-    # 2x faster on CPUs with AVX512-BF16, at the price of more measured mismatch.
-    bf16: bool = False
+@functools.cache
+def fast_bf16() -> bool:
+    """Whether bfloat16 matmuls beat float32 here: on CUDA, or a CPU with AVX512-BF16/AMX."""
+    if torch.cuda.is_available():
+        return True
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
 @dataclass
@@ -110,7 +112,7 @@ def token_logprobs(
     bf16: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """log π(target | prefix) [B, T] with the engine's routing replayed, and the entropy
-    of each position's distribution [B, T] (no gradient). `bf16`: see StepConfig."""
+    of each position's distribution [B, T] (no gradient); `bf16`: matmuls under autocast."""
     with torch.autocast(inputs.device.type, dtype=torch.bfloat16, enabled=bf16):
         logits = model(inputs, routed_experts=routed).logits
     logits = logits.float()
@@ -125,19 +127,22 @@ def train_step(
     model: Qwen3,
     optimizer: torch.optim.Optimizer,
     samples: list[TrainSample],
-    config: StepConfig,
+    config: TrainerSection,
     reference: Qwen3 | None = None,
 ) -> dict[str, float]:
     """One optimizer step over `samples`; returns the step's metrics.
 
     `reference` (a frozen model) is needed when the loss has a KL term (`kl_coef > 0`).
+    Matmuls run in bfloat16 under autocast (master weights, logprobs and loss stay float32)
+    when `config.bf16` says so or, unset, where bfloat16 is fast (`fast_bf16`).
     """
-    if config.loss.kl_coef > 0 and reference is None:
+    bf16 = fast_bf16() if config.bf16 is None else config.bf16
+    if config.kl_coef > 0 and reference is None:
         raise ValueError("kl_coef > 0 needs a reference model")
     start = time.perf_counter()
     model.train()
     mask_total = sum(sum(s.segment.loss_mask[1:]) for s in samples)
-    normalizer = loss_normalizer(config.loss, len(samples), mask_total)
+    normalizer = loss_normalizer(config, len(samples), mask_total)
     # Token-weighted sums of the loss's per-token statistics, and plain sums of the rest.
     weighted: dict[str, float] = {}
     loss_sum = entropy_sum = 0.0
@@ -146,13 +151,13 @@ def train_step(
     for first in range(0, len(by_length), config.micro_batch_size):
         batch = collate(by_length[first : first + config.micro_batch_size])
         logprobs, entropy = token_logprobs(
-            model, batch.inputs, batch.targets, batch.routed_experts, config.bf16
+            model, batch.inputs, batch.targets, batch.routed_experts, bf16
         )
         ref = None
-        if config.loss.kl_coef > 0 and reference is not None:
+        if config.kl_coef > 0 and reference is not None:
             with torch.no_grad():
                 ref, _ = token_logprobs(
-                    reference, batch.inputs, batch.targets, batch.routed_experts, config.bf16
+                    reference, batch.inputs, batch.targets, batch.routed_experts, bf16
                 )
         # One update per batch: the proximal policy is the current one, detached.
         out = policy_loss(
@@ -161,7 +166,7 @@ def train_step(
             batch.behaviour,
             batch.advantages,
             batch.mask,
-            config.loss,
+            config,
             normalizer,
             reference=ref,
         )

@@ -24,17 +24,10 @@ import uvicorn
 from fleetrl.inference import engine as engine_module
 from fleetrl.inference.engine import Engine
 from fleetrl.inference.server import create_app
-from fleetrl.model import (
-    Message,
-    ModelConfig,
-    Tokenizer,
-    ToolCall,
-    bundled_tokenizer,
-    encode_chat,
-    init_model,
-    load_pretrained,
-    save_pretrained,
-)
+from fleetrl.model.chat import Message, ToolCall, encode_chat
+from fleetrl.model.checkpoint import init_model, load_pretrained, save_pretrained
+from fleetrl.model.config import ModelConfig
+from fleetrl.model.tokenizer import Tokenizer, bundled_tokenizer
 from fleetrl.types import Completion, InvalidRequest
 
 ADMIN_TOKEN = "s3cret"

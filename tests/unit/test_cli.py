@@ -9,7 +9,8 @@ import transformers
 from typer.testing import CliRunner
 
 from fleetrl.cli import app
-from fleetrl.model import bundled_tokenizer, load_pretrained
+from fleetrl.model.checkpoint import load_pretrained
+from fleetrl.model.tokenizer import bundled_tokenizer
 
 runner = CliRunner()
 

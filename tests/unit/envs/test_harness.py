@@ -13,20 +13,35 @@ import torch
 import uvicorn
 from fastapi import FastAPI
 
+from fleetrl.config import HarnessSection
 from fleetrl.envs.harness import (
-    HarnessConfig,
     environment_latency,
     run_episode,
     run_episode_openai,
 )
 from fleetrl.envs.sandbox import open_sandbox
-from fleetrl.inference import Engine
-from fleetrl.model import Message, ModelConfig, ToolCall, bundled_tokenizer, encode_chat, init_model
-from fleetrl.model.chat import format_reply
+from fleetrl.inference.engine import Engine
+from fleetrl.model.chat import Message, ToolCall, encode_chat, format_reply
+from fleetrl.model.checkpoint import init_model
+from fleetrl.model.config import ModelConfig
+from fleetrl.model.tokenizer import bundled_tokenizer
 from fleetrl.types import Completion, SamplingParams, Task
 
 torch.set_num_threads(1)
 TOKENIZER = bundled_tokenizer()
+# A general-purpose harness (the tools listed in the prompt, roomy budgets), not the micro preset.
+HARNESS = HarnessSection(
+    system_prompt="You are a coding agent. Fix the problem, then call finish.",
+    describe_tools=True,
+    max_turns=10,
+    max_tokens=4096,
+    max_reply_tokens=1024,
+    max_context=8192,
+    wall_s=300.0,
+    max_output_chars=4000,
+    run_timeout_s=30.0,
+)
+SAMPLING = SamplingParams()
 BUGGY = "def add(a, b):\n    return a - b\n"
 TEST = "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"
 
@@ -92,7 +107,7 @@ def test_scripted_fix_episode_records_exact_tokens(repo):
     with open_sandbox(repo) as sandbox:
         if sandbox.workdir != "/workspace":
             replies[1].tool_calls[0].arguments["path"] = sandbox.workdir + "/calc.py"
-        episode = run(run_episode(policy, TOKENIZER, sandbox, make_task(repo)))
+        episode = run(run_episode(policy, TOKENIZER, sandbox, make_task(repo), HARNESS, SAMPLING))
         assert "+    return a + b" in sandbox.diff()
     traj = episode.trajectory
     assert (traj.finish_reason, traj.turns, traj.tool_calls, traj.tool_errors) == (
@@ -113,7 +128,7 @@ def test_scripted_fix_episode_records_exact_tokens(repo):
     # ...and the whole sequence is what the chat template renders for this conversation.
     results = [o.output for o in episode.tool_log[:3]]
     conversation = [
-        Message("system", HarnessConfig().system_prompt),
+        Message("system", HARNESS.system_prompt),
         Message("user", make_task(repo).problem_statement),
     ]
     for reply, result in zip(replies[:3], results, strict=True):
@@ -141,7 +156,7 @@ def test_model_mistakes_are_shown_counted_and_survived(repo):
     ]
     policy = ScriptedPolicy(replies)
     with open_sandbox(repo) as sandbox:
-        episode = run(run_episode(policy, TOKENIZER, sandbox, make_task(repo)))
+        episode = run(run_episode(policy, TOKENIZER, sandbox, make_task(repo), HARNESS, SAMPLING))
         assert sandbox.diff() == ""
     traj = episode.trajectory
     assert traj.finish_reason == "finish"
@@ -155,20 +170,32 @@ def test_model_mistakes_are_shown_counted_and_survived(repo):
 def test_budgets_end_episodes(repo):
     with open_sandbox(repo) as sandbox:
         no_call = run(
-            run_episode(ScriptedPolicy(["I give up."]), TOKENIZER, sandbox, make_task(repo))
+            run_episode(
+                ScriptedPolicy(["I give up."]),
+                TOKENIZER,
+                sandbox,
+                make_task(repo),
+                HARNESS,
+                SAMPLING,
+            )
         )
         assert no_call.trajectory.finish_reason == "no_tool_call"
-        turns = HarnessConfig(max_turns=2)
+        turns = HARNESS.model_copy(update={"max_turns": 2})
         looping = ScriptedPolicy([call("list_dir")] * 3)
-        capped = run(run_episode(looping, TOKENIZER, sandbox, make_task(repo), turns))
+        capped = run(run_episode(looping, TOKENIZER, sandbox, make_task(repo), turns, SAMPLING))
         assert (capped.trajectory.finish_reason, capped.trajectory.turns) == ("max_turns", 2)
         # The results of the last turn were never read by the policy: they are not kept.
         segment = capped.trajectory.segments[0]
         assert segment.loss_mask[-1] == 1
-        tokens = HarnessConfig(max_tokens=5)
+        tokens = HARNESS.model_copy(update={"max_tokens": 5})
         cut = run(
             run_episode(
-                ScriptedPolicy([call("list_dir")]), TOKENIZER, sandbox, make_task(repo), tokens
+                ScriptedPolicy([call("list_dir")]),
+                TOKENIZER,
+                sandbox,
+                make_task(repo),
+                tokens,
+                SAMPLING,
             )
         )
         assert cut.trajectory.finish_reason == "max_tokens"
@@ -189,13 +216,15 @@ def test_real_engine_episode_keeps_engine_tokens_and_routing(repo, moe):
         moe_intermediate_size=32,
     )
     model = init_model(config, seed=0)
-    harness = HarnessConfig(max_turns=3, max_reply_tokens=24, sampling=SamplingParams(seed=1))
+    harness = HARNESS.model_copy(update={"max_turns": 3, "max_reply_tokens": 24})
 
     async def episode():
         engine = Engine(model, max_model_len=2048)
         try:
             with open_sandbox(repo) as sandbox:
-                return await run_episode(engine, TOKENIZER, sandbox, make_task(repo), harness)
+                return await run_episode(
+                    engine, TOKENIZER, sandbox, make_task(repo), harness, SamplingParams(seed=1)
+                )
         finally:
             await engine.close()
 
@@ -262,7 +291,9 @@ def test_openai_endpoint_episode(repo):
     try:
         with open_sandbox(repo) as sandbox:
             episode = run(
-                run_episode_openai(f"http://127.0.0.1:{port}/v1", "m", sandbox, make_task(repo))
+                run_episode_openai(
+                    f"http://127.0.0.1:{port}/v1", "m", sandbox, make_task(repo), HARNESS
+                )
             )
             assert "+    return a + b" in sandbox.diff()
     finally:

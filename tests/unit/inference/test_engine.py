@@ -6,8 +6,11 @@ import random
 import pytest
 import torch
 
-from fleetrl.inference import Completion, Engine, SamplingParams
-from fleetrl.model import ModelConfig, Qwen3, init_model
+from fleetrl.inference.engine import Engine
+from fleetrl.model.checkpoint import init_model
+from fleetrl.model.config import ModelConfig
+from fleetrl.model.qwen3 import Qwen3
+from fleetrl.types import Completion, SamplingParams
 
 torch.set_num_threads(1)
 VOCAB = 300

@@ -13,7 +13,8 @@ from fleetrl.inference.protocol import (
     decode_until_stop,
     to_messages,
 )
-from fleetrl.model import Message, Tokenizer, ToolCall, bundled_tokenizer
+from fleetrl.model.chat import Message, ToolCall
+from fleetrl.model.tokenizer import Tokenizer, bundled_tokenizer
 from fleetrl.types import Completion, InvalidRequest
 
 

@@ -6,7 +6,8 @@ import pytest
 import torch
 import transformers
 
-from fleetrl.model import CheckpointError, ModelConfig, init_model, load_pretrained, save_pretrained
+from fleetrl.model.checkpoint import CheckpointError, init_model, load_pretrained, save_pretrained
+from fleetrl.model.config import ModelConfig
 from fleetrl.model.qwen3 import decode_attention
 
 torch.set_num_threads(1)

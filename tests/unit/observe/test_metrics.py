@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from fleetrl.observe.metrics import MetricsLogger, read_metrics
+from fleetrl.observe.records import EvalRecord, SyncRecord, TrainRecord
 
 
 def test_records_round_trip(tmp_path):
@@ -110,3 +111,62 @@ def test_no_tensorboard_is_silent(tmp_path, monkeypatch):
     with MetricsLogger(tmp_path / "metrics.jsonl") as logger:
         logger.log("train", 0, {"reward": 1.0})
     assert not (tmp_path / "tensorboard").exists()
+
+
+def logged_lines(path, write):
+    """The records `write(logger)` logs to `path`, without the clock fields."""
+    with MetricsLogger(path, tensorboard=False) as logger:
+        write(logger)
+    return [
+        [(k, v) for k, v in record.items() if k not in ("time", "wall")]
+        for record in read_metrics(path)
+    ]
+
+
+def test_log_record_writes_what_a_dict_log_writes(tmp_path):
+    loop = {
+        "version": 8,
+        "reward": 0.25,
+        "pass_rate": 0.125,
+        "staleness_hist": [5, 2, 1],
+        "staleness_mean": 0.5,
+        "dropped_samples": 3,
+        "skipped_groups": 1,
+        "wait_s": 0.5,
+        "forward_backward_s": 2.0,
+        "publish_s": 0.25,
+        "samples_per_s": 2.5,
+        "tokens_per_s": 900.0,
+        "trainer_idle_frac": 0.2,
+        "output_scale": 1.5,
+        "tool_errors_mean": 0.75,
+    }
+    step = {"mismatch_kl_k3": 1e-3, "clip_frac": 0.01, "loss": -0.1, "step_s": 2.0}
+    sync = {"sync_bytes": 1000, "sync_full_bytes": 50_000, "changed_frac": 0.3}
+    evals = {
+        "pass_at_1": 0.5,
+        "ci_low": 0.4,
+        "ci_high": 0.6,
+        "episodes": 64,
+        "tasks": 16,
+        "duration_s": 30.0,
+        "mean_tool_errors": 0.1,
+        "model": "final",
+    }
+
+    def as_dicts(logger):
+        logger.log("train", 8, step | loop)
+        logger.log("train", 9, loop)  # a batch without an informative group: no step metrics
+        logger.log("sync", 8, sync)  # the regions reported no weight swap: no pause or fetch
+        logger.log("eval", 8, evals)
+
+    def as_records(logger):
+        logger.log_record(8, TrainRecord(**step, **loop))
+        logger.log_record(9, TrainRecord(**loop))
+        logger.log_record(8, SyncRecord(**sync))
+        logger.log_record(8, EvalRecord(**evals))
+
+    # Same keys in the same order with the same values: None fields are absent, not null.
+    records = logged_lines(tmp_path / "records.jsonl", as_records)
+    assert records == logged_lines(tmp_path / "dicts.jsonl", as_dicts)
+    assert [dict(r)["kind"] for r in records] == ["train", "train", "sync", "eval"]

@@ -8,58 +8,71 @@ import re
 import pytest
 
 from fleetrl.observe.metrics import MetricsLogger
+from fleetrl.observe.records import EvalRecord, SyncRecord, TrainRecord
 from fleetrl.observe.report import SECTIONS, write_report
 
 CONFIG = '[run]\nname = "demo"\nstore = "s3://bucket/runs/demo"  # <not html>\n'
 
 
 def make_run(run_dir, steps=200, seed=0):
-    """A synthetic run with every kind and key the report reads, plus config and evals."""
+    """A synthetic run logged as typed records (every field the report reads), plus config
+    and evals; step 1 had no informative group, so it has no step metrics."""
     rng = random.Random(seed)
     with MetricsLogger(run_dir / "metrics.jsonl", tensorboard=False) as logger:
         for step in range(1, steps + 1):
             progress = step / steps
             pass_rate = min(1.0, max(0.0, 0.3 + 0.3 * progress + rng.gauss(0, 0.08)))
             hist = [rng.randint(20, 40), rng.randint(5, 20), rng.randint(0, 8), rng.randint(0, 2)]
-            logger.log(
-                "train",
-                step,
-                {
-                    "reward": pass_rate - 0.05,
-                    "pass_rate": pass_rate,
-                    "staleness_hist": hist,
-                    "staleness_mean": sum(i * c for i, c in enumerate(hist)) / sum(hist),
-                    "mismatch_kl_k3": 1e-3 * (1 + rng.random()),
-                    "mismatch_abs_logprob": 0.02 + 0.01 * rng.random(),
-                    "correction_truncated_frac": 0.01 * rng.random(),
-                    "clip_frac": 0.05 * rng.random(),
-                    "samples_per_s": 8 + rng.gauss(0, 1),
-                    "tokens_per_s": 4000 + rng.gauss(0, 300),
-                    "trainer_idle_frac": 0.2 + 0.1 * rng.random(),
-                    "wait_s": 0.5 * rng.random(),
-                    "forward_backward_s": 2.0 + 0.2 * rng.random(),
-                    "publish_s": 0.3,
-                    "loss": rng.gauss(0, 0.1),
-                    "grad_norm": 0.5 + rng.random(),
-                    "entropy": 0.8 - 0.3 * progress,
-                    "output_scale": 1.3 + 0.4 * progress,
-                },
+            step_metrics = {
+                "mismatch_kl_k3": 1e-3 * (1 + rng.random()),
+                "mismatch_abs_logprob": 0.02 + 0.01 * rng.random(),
+                "correction_truncated_frac": 0.01 * rng.random(),
+                "clip_frac": 0.05 * rng.random(),
+                "loss": rng.gauss(0, 0.1),
+                "grad_norm": 0.5 + rng.random(),
+                "entropy": 0.8 - 0.3 * progress,
+            }
+            record = TrainRecord(
+                **(step_metrics if step > 1 else {}),
+                version=step,
+                reward=pass_rate - 0.05,
+                pass_rate=pass_rate,
+                staleness_hist=hist,
+                staleness_mean=sum(i * c for i, c in enumerate(hist)) / sum(hist),
+                dropped_samples=0,
+                skipped_groups=1,
+                wait_s=0.5 * rng.random(),
+                forward_backward_s=2.0 + 0.2 * rng.random(),
+                publish_s=0.3,
+                samples_per_s=8 + rng.gauss(0, 1),
+                tokens_per_s=4000 + rng.gauss(0, 300),
+                trainer_idle_frac=0.2 + 0.1 * rng.random(),
+                output_scale=1.3 + 0.4 * progress,
+                tool_errors_mean=0.1,
             )
+            logger.log_record(step, record)
             full = 50_000_000
-            logger.log(
-                "sync",
-                step,
-                {
-                    "sync_bytes": full if step % 10 == 0 else int(full * 0.04),
-                    "sync_full_bytes": full,
-                    "sync_pause_ms": 30 + 10 * rng.random(),
-                },
+            sync = SyncRecord(
+                sync_bytes=full if step % 10 == 0 else int(full * 0.04),
+                sync_full_bytes=full,
+                changed_frac=0.04,
+                sync_pause_ms=30 + 10 * rng.random(),
             )
-            logger.log("rollout", step, {"sandbox_p50_ms": 40.0, "sandbox_p99_ms": 90.0})
+            logger.log_record(step, sync)
             if step % 50 == 0 or step == 1:
                 p = 0.3 + 0.3 * progress
                 half = 1.96 * math.sqrt(p * (1 - p) / 200)
-                logger.log("eval", step, {"pass_at_1": p, "ci_low": p - half, "ci_high": p + half})
+                evaluation = EvalRecord(
+                    pass_at_1=p,
+                    ci_low=p - half,
+                    ci_high=p + half,
+                    episodes=200,
+                    tasks=50,
+                    duration_s=60.0,
+                    mean_tool_errors=0.1,
+                    model=f"step {step}",
+                )
+                logger.log_record(step, evaluation)
     (run_dir / "config.toml").write_text(CONFIG)
     evals = {
         "base": {"pass_at_1": 0.3, "ci_low": 0.24, "ci_high": 0.37, "n": 200},

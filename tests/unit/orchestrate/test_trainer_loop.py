@@ -7,9 +7,7 @@ import pytest
 import torch
 
 from fleetrl.config import load_config
-from fleetrl.model import (
-    load_pretrained,
-)
+from fleetrl.model.checkpoint import load_pretrained
 from fleetrl.store.trajectories import RegionReport, TrajectoryChannel
 from fleetrl.store.weights import WeightStore
 from fleetrl.trainer.loop import make_optimizer, run_trainer

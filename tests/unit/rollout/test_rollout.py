@@ -2,14 +2,16 @@
 
 import asyncio
 
-from fleetrl.envs.tasks import get_task
-from fleetrl.model import Message, ToolCall, bundled_tokenizer
-from fleetrl.model.chat import format_reply
+from fleetrl.config import HarnessSection, RolloutSection
+from fleetrl.envs.suites import get_task
+from fleetrl.model.chat import Message, ToolCall, format_reply
+from fleetrl.model.tokenizer import bundled_tokenizer
 from fleetrl.rollout.evaluate import evaluate_policy, summarise, wilson_interval
-from fleetrl.rollout.worker import RolloutConfig, Rollouts
+from fleetrl.rollout.worker import Rollouts
 from fleetrl.types import Completion, SamplingParams
 
 TOKENIZER = bundled_tokenizer()
+HARNESS, ROLLOUT = HarnessSection(), RolloutSection()
 
 
 class Fixer:
@@ -41,9 +43,9 @@ def test_verified_episodes_carry_reward_and_group():
     task = get_task("micro-train-0007")
 
     async def scenario():
-        good = Rollouts(Fixer(good=True), TOKENIZER, RolloutConfig())
+        good = Rollouts(Fixer(good=True), TOKENIZER, HARNESS, ROLLOUT, 32, 4)
         group = await good.run_group(task, 1, group_id="g1")
-        bad = Rollouts(Fixer(good=False), TOKENIZER, RolloutConfig())
+        bad = Rollouts(Fixer(good=False), TOKENIZER, HARNESS, ROLLOUT, 32, 4)
         failed = await bad.run_one(task)
         return group, failed
 
@@ -56,7 +58,7 @@ def test_evaluate_policy_summary():
     task = get_task("micro-train-0007")
 
     async def scenario():
-        rollouts = Rollouts(Fixer(good=True), TOKENIZER, RolloutConfig(max_concurrent=1))
+        rollouts = Rollouts(Fixer(good=True), TOKENIZER, HARNESS, ROLLOUT, 1, 4)
         return await evaluate_policy(rollouts, [task], samples_per_task=2)
 
     result = asyncio.run(scenario())

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from fleetrl.store import ObjectStore, open_store
+from fleetrl.store.objectstore import ObjectStore, open_store
 
 KEY, SECRET, BUCKET = "fleetrl-test", "fleetrl-test-secret", "fleetrl"
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from fleetrl.store import ObjectNotFound, ThrottledStore
+from fleetrl.store.objectstore import ObjectNotFound, ThrottledStore
 
 
 def test_put_get_list_delete(location):
@@ -35,7 +35,7 @@ def test_put_get_list_delete(location):
 
 
 def test_local_put_is_atomic_and_leaves_no_temporaries(tmp_path):
-    from fleetrl.store import open_store
+    from fleetrl.store.objectstore import open_store
 
     store = open_store(f"file://{tmp_path}/s")
     big = os.urandom(8 << 20)

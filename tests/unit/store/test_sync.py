@@ -8,11 +8,17 @@ import asyncio
 
 import torch
 
-from fleetrl.inference import Engine, SamplingParams
-from fleetrl.model import ModelConfig, Qwen3, init_model
-from fleetrl.store import RegionRelay, ThrottledStore, WeightFollower, WeightStore
-from fleetrl.store import WeightStoreOptions as Options
+from fleetrl.inference.engine import Engine
+from fleetrl.model.checkpoint import init_model
+from fleetrl.model.config import ModelConfig
+from fleetrl.model.qwen3 import Qwen3
+from fleetrl.store.follower import WeightFollower
 from fleetrl.store.manifest import LATEST_KEY
+from fleetrl.store.objectstore import ThrottledStore
+from fleetrl.store.relay import RegionRelay
+from fleetrl.store.weights import WeightStore
+from fleetrl.store.weights import WeightStoreOptions as Options
+from fleetrl.types import SamplingParams
 
 torch.set_num_threads(1)
 CONFIG = ModelConfig(

@@ -8,16 +8,10 @@ import json
 import pytest
 import torch
 
-from fleetrl.store import (
-    CorruptWeights,
-    Held,
-    MissingWeights,
-    ObjectStore,
-    WeightStore,
-    WeightStoreError,
-    WeightStoreOptions,
-)
+from fleetrl.store.errors import CorruptWeights, MissingWeights, WeightStoreError
 from fleetrl.store.manifest import LATEST_KEY, manifest_key, version_prefix
+from fleetrl.store.objectstore import ObjectStore
+from fleetrl.store.weights import Held, WeightStore, WeightStoreOptions
 
 
 class Policy:

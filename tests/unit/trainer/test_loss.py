@@ -5,11 +5,12 @@ import math
 import pytest
 import torch
 
-from fleetrl.model import ModelConfig, init_model
+from fleetrl.config import TrainerSection
+from fleetrl.model.checkpoint import init_model
+from fleetrl.model.config import ModelConfig
 from fleetrl.trainer.advantages import group_advantages
-from fleetrl.trainer.loss import LossConfig, loss_normalizer, policy_loss
+from fleetrl.trainer.loss import loss_normalizer, policy_loss
 from fleetrl.trainer.step import (
-    StepConfig,
     collate,
     samples_from_groups,
     token_logprobs,
@@ -37,7 +38,7 @@ def test_group_advantages():
 
 def loss_of(logprobs, proximal, behaviour, advantages, config=None, mask=None):
     mask = torch.ones_like(logprobs) if mask is None else mask
-    config = config or LossConfig(aggregation="token_mean")
+    config = config or TrainerSection(aggregation="token_mean")
     normalizer = loss_normalizer(config, logprobs.shape[0], int(mask.sum()))
     return policy_loss(logprobs, proximal, behaviour, advantages, mask, config, normalizer)
 
@@ -64,7 +65,7 @@ def test_staleness_weight_is_truncated_or_masked():
     assert tis.metrics["mismatch_kl_k3"] == pytest.approx((5 - 1 - math.log(5)) / 2)
 
     logprobs.grad = None
-    config = LossConfig(aggregation="token_mean", correction="mis")
+    config = TrainerSection(aggregation="token_mean", correction="mis")
     mis = loss_of(logprobs, proximal, behaviour, torch.tensor([1.0]), config)
     mis.loss.backward()
     assert logprobs.grad[0].tolist() == pytest.approx([0.0, -0.5])  # first token masked out
@@ -74,7 +75,7 @@ def test_staleness_weight_is_truncated_or_masked():
 def test_ratio_is_clipped_asymmetrically():
     proximal = torch.zeros(1, 2)
     logprobs = torch.log(torch.tensor([[1.5, 0.5]])).requires_grad_()
-    config = LossConfig(aggregation="token_mean", clip_low=0.2, clip_high=0.28)
+    config = TrainerSection(aggregation="token_mean", clip_low=0.2, clip_high=0.28)
     out = loss_of(logprobs, proximal, proximal, torch.tensor([1.0]), config)
     out.loss.backward()
     # A > 0: ratio 1.5 is above 1.28, clipped (no gradient); ratio 0.5 keeps its gradient.
@@ -84,7 +85,7 @@ def test_ratio_is_clipped_asymmetrically():
 
 def test_kl_to_reference_pulls_back():
     logprobs = torch.tensor([[-0.1]], requires_grad=True)
-    config = LossConfig(aggregation="token_mean", kl_coef=1.0)
+    config = TrainerSection(aggregation="token_mean", kl_coef=1.0)
     with pytest.raises(ValueError, match="reference"):
         loss_of(logprobs, logprobs.detach(), logprobs.detach(), torch.tensor([0.0]), config)
     mask = torch.ones(1, 1)
@@ -148,7 +149,7 @@ def test_train_step_raises_the_rewarded_answer(moe):
     assert ((before - batch.behaviour) * batch.mask).abs().max() < 1e-5
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    config = StepConfig(micro_batch_size=1)
+    config = TrainerSection(micro_batch_size=1, bf16=False)
     metrics = train_step(model, optimizer, samples, config)
     assert metrics["mismatch_abs_logprob"] < 1e-5
     assert metrics["train_tokens"] == 6 and metrics["grad_norm"] > 0
@@ -164,7 +165,7 @@ def test_train_step_with_kl_needs_and_uses_a_reference():
              trajectory(make_segment(model, [1, 2], [7, 8]), 0.0)]  # fmt: skip
     samples, _ = samples_from_groups([group], "drgrpo")
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    config = StepConfig(loss=LossConfig(kl_coef=0.1))
+    config = TrainerSection(kl_coef=0.1, bf16=False)
     with pytest.raises(ValueError, match="reference"):
         train_step(model, optimizer, samples, config)
     metrics = train_step(model, optimizer, samples, config, reference)
@@ -180,7 +181,7 @@ def test_bf16_train_step_measures_its_mismatch_and_still_learns():
     with torch.no_grad():
         before, _ = token_logprobs(model, batch.inputs, batch.targets, batch.routed_experts)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    metrics = train_step(model, optimizer, samples, StepConfig(bf16=True))
+    metrics = train_step(model, optimizer, samples, TrainerSection(bf16=True))
     # bfloat16 matmuls against a float32 engine: a mismatch that is measured, not hidden.
     assert 1e-5 < metrics["mismatch_abs_logprob"] < 0.1
     assert all(p.dtype == torch.float32 for p in model.parameters())

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from fleetrl.store.bench import WeightsBenchConfig, flat_figures, run_weights_bench
+from fleetrl.orchestrate.weights_bench import WeightsBenchConfig, flat_figures, run_weights_bench
 
 
 def test_weights_bench_reports_every_figure():

@@ -1,0 +1,83 @@
+"""What the trainer logs per step: its records (`fleetrl.observe.records`) built from a
+trained batch, so the loop only says when to log, and the report reads the same fields."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fleetrl.observe.records import SyncRecord, TrainRecord
+from fleetrl.store.trajectories import GroupRecord
+from fleetrl.store.weights import PublishResult
+
+
+@dataclass
+class StepTiming:
+    """Where one step's wall time went, in seconds."""
+
+    wait_s: float  # waiting for enough groups
+    publish_s: float  # publishing the new version
+    wall_s: float  # the whole step, from the end of the previous one
+
+
+@dataclass
+class RunCounters:
+    """The trainer's running totals as of this step."""
+
+    version: int  # the version this step published
+    dropped_samples: int  # samples dropped as too stale since the run began
+    skipped_groups: int  # groups without reward variance since the run began
+
+
+def histogram(values: list[int]) -> list[int]:
+    """Counts of 0, 1, 2, … in `values`."""
+    counts = [0] * (max(values, default=0) + 1)
+    for v in values:
+        counts[v] += 1
+    return counts
+
+
+def train_record(
+    batch: list[GroupRecord],
+    ages: list[int],
+    step_metrics: dict[str, float],
+    counters: RunCounters,
+    timing: StepTiming,
+    output_scale: float,
+) -> TrainRecord:
+    """The "train" record of one step: `train_step`'s metrics (none when no group had
+    signal), the batch's rewards and staleness (`ages`: per group), the loop's timing."""
+    trajectories = [t for record in batch for t in record.trajectories]
+    rewards = [t.reward for t in trajectories]
+    tokens = sum(sum(s.loss_mask) for t in trajectories for s in t.segments)
+    sample_ages = [age for age, r in zip(ages, batch, strict=True) for _ in r.trajectories]
+    return TrainRecord(
+        **step_metrics,
+        version=counters.version,
+        reward=sum(rewards) / len(rewards),
+        pass_rate=sum(r >= 1.0 for r in rewards) / len(rewards),
+        staleness_hist=histogram(sample_ages),
+        staleness_mean=sum(ages) / len(ages),
+        dropped_samples=counters.dropped_samples,
+        skipped_groups=counters.skipped_groups,
+        wait_s=timing.wait_s,
+        forward_backward_s=step_metrics.get("step_s", 0.0),
+        publish_s=timing.publish_s,
+        samples_per_s=len(rewards) / timing.wall_s,
+        tokens_per_s=tokens / timing.wall_s,
+        trainer_idle_frac=timing.wait_s / timing.wall_s,
+        output_scale=output_scale,
+        tool_errors_mean=sum(t.tool_errors for t in trajectories) / len(rewards),
+    )
+
+
+def sync_record(published: PublishResult, batch: list[GroupRecord]) -> SyncRecord:
+    """The "sync" record of one published version, with the mean weight-swap pause and
+    fetch time the regions reported alongside the batch's groups."""
+    syncs = [s for r in batch for s in r.report.syncs]
+    return SyncRecord(
+        sync_bytes=published.delta_bytes + published.full_bytes,
+        sync_full_bytes=published.elements * 4,
+        changed_frac=published.changed / max(published.elements, 1),
+        sync_pause_ms=1000 * sum(s["pause_s"] for s in syncs) / len(syncs) if syncs else None,
+        sync_fetch_ms=1000 * sum(s["fetch_s"] for s in syncs) / len(syncs) if syncs else None,
+    )

@@ -1,0 +1,106 @@
+"""Records: the file format they pin, the report's panels they back, and their imports."""
+
+import subprocess
+import sys
+from dataclasses import fields
+
+import pytest
+
+from fleetrl.observe.records import RECORDS, EvalRecord, SyncRecord, TrainRecord
+from fleetrl.observe.report import SECTIONS, series
+
+# The keys of metrics.jsonl as the trainer and the orchestrator wrote them before these
+# types existed, in their order: the format the records must keep.
+STEP_KEYS = [
+    "mismatch_abs_logprob",
+    "mismatch_kl_k3",
+    "correction_truncated_frac",
+    "correction_masked_frac",
+    "clip_frac",
+    "ratio_mean",
+    "loss_tokens",
+    "loss",
+    "grad_norm",
+    "entropy",
+    "advantage_mean",
+    "advantage_abs_mean",
+    "advantage_std",
+    "train_tokens",
+    "train_sequences",
+    "step_s",
+]
+LOOP_KEYS = [
+    "version",
+    "reward",
+    "pass_rate",
+    "staleness_hist",
+    "staleness_mean",
+    "dropped_samples",
+    "skipped_groups",
+    "wait_s",
+    "forward_backward_s",
+    "publish_s",
+    "samples_per_s",
+    "tokens_per_s",
+    "trainer_idle_frac",
+    "output_scale",
+    "tool_errors_mean",
+]
+SYNC_KEYS = ["sync_bytes", "sync_full_bytes", "changed_frac", "sync_pause_ms", "sync_fetch_ms"]
+EVAL_KEYS = [
+    "pass_at_1",
+    "ci_low",
+    "ci_high",
+    "episodes",
+    "tasks",
+    "duration_s",
+    "mean_tool_errors",
+    "model",
+]
+
+
+def names(record):
+    return [f.name for f in fields(record)]
+
+
+def test_records_keep_the_file_format():
+    assert names(TrainRecord) == STEP_KEYS + LOOP_KEYS
+    assert names(SyncRecord) == SYNC_KEYS
+    assert names(EvalRecord) == EVAL_KEYS
+    assert {"train": TrainRecord, "sync": SyncRecord, "eval": EvalRecord} == RECORDS
+
+
+def test_absent_today_means_optional():
+    """Step metrics (no informative group) and region sync times (none reported) may be
+    missing; everything else the loop always computes."""
+    optional = {f.name for f in fields(TrainRecord) if f.default is None}
+    assert optional == set(STEP_KEYS)
+    optional = {f.name for f in fields(SyncRecord) if f.default is None}
+    assert optional == {"sync_pause_ms", "sync_fetch_ms"}
+
+
+def test_no_panel_plots_a_key_that_nothing_logs():
+    plotted = [name for s in SECTIONS for panel in s.panels for name in panel.series]
+    assert plotted
+    for name in plotted:
+        kind, key = name.split(".", 1)
+        assert kind in RECORDS, f"{name}: no record of kind {kind!r} is logged"
+        assert key in names(RECORDS[kind]), f"{name}: not a field of {RECORDS[kind].__name__}"
+
+
+def test_series_rejects_unknown_fields():
+    assert series(TrainRecord, "reward") == "train.reward"
+    assert series(SyncRecord, "sync_pause_ms") == "sync.sync_pause_ms"
+    with pytest.raises(ValueError, match="sandbox_p50_ms"):
+        series(SyncRecord, "sandbox_p50_ms")
+
+
+def test_observe_imports_no_torch_and_nothing_else_of_fleetrl():
+    code = (
+        "import sys, fleetrl.observe, fleetrl.observe.records\n"
+        "bad = [m for m in sys.modules if m == 'torch' or m.startswith('fleetrl.')"
+        " and not m.startswith('fleetrl.observe')]\n"
+        "print(bad)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

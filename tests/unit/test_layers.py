@@ -1,0 +1,131 @@
+"""The house rules: imports point down the data flow, and packages import nothing heavy.
+
+    types, config, observe  ←  model  ←  inference / envs / store  ←  rollout / trainer
+        ←  orchestrate  ←  cli
+
+Every `import fleetrl.…` in the package, at module level or inside a function, is checked
+against the layer of the importing module. Module-level imports also form no cycle.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import fleetrl
+
+ROOT = Path(fleetrl.__file__).parent
+FOUNDATION = {"types", "config", "observe"}
+STAGES = {"inference", "envs", "store"}
+# What each top-level part may import besides itself.
+ALLOWED: dict[str, set[str]] = {
+    "__init__": set(),
+    "types": set(),
+    "config": set(),
+    "observe": set(),
+    "model": {"types"},
+    "inference": {"types", "config", "model"},
+    "envs": {"types", "config", "model"},
+    "store": {"types", "config"},
+    "rollout": FOUNDATION | {"model"} | STAGES,
+    "trainer": FOUNDATION | {"model", "store"},
+    "orchestrate": FOUNDATION | {"model"} | STAGES | {"rollout", "trainer"},
+    "cli": FOUNDATION | {"model"} | STAGES | {"rollout", "trainer", "orchestrate"},
+}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def part_of(module: str) -> str:
+    """`fleetrl.store.weights` -> `store`; `fleetrl` -> `__init__`."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def imports(path: Path, top_level_only: bool) -> set[str]:
+    """fleetrl modules `path` imports (outside `if TYPE_CHECKING:` blocks)."""
+    found: set[str] = set()
+
+    def scan(nodes: list[ast.stmt]) -> None:
+        for node in nodes:
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                continue
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                found.add(node.module)
+            elif isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+            elif not top_level_only:
+                for field in ("body", "orelse", "finalbody", "handlers"):
+                    children = getattr(node, field, [])
+                    scan([c for c in children if isinstance(c, ast.stmt | ast.excepthandler)])
+
+    scan(ast.parse(path.read_text()).body)
+    return {name for name in found if name == "fleetrl" or name.startswith("fleetrl.")}
+
+
+def sources() -> list[Path]:
+    return sorted(ROOT.rglob("*.py"))
+
+
+def test_every_part_has_a_rule():
+    parts = {part_of(module_name(p)) for p in sources()}
+    assert parts <= set(ALLOWED), parts - set(ALLOWED)
+
+
+def test_imports_point_down_the_data_flow():
+    wrong = []
+    for path in sources():
+        source = part_of(module_name(path))
+        for target in imports(path, top_level_only=False):
+            part = part_of(target)
+            if part != source and part not in ALLOWED[source]:
+                wrong.append(f"{module_name(path)} imports {target}")
+    assert wrong == []
+
+
+def test_no_import_cycles_between_modules():
+    known = {module_name(p) for p in sources()}
+    graph = {
+        module_name(p): {
+            m for m in imports(p, top_level_only=True) if m in known and m != module_name(p)
+        }
+        for p in sources()
+    }
+    # A package importing its own submodules is how packages work, not a cycle.
+    for module, deps in graph.items():
+        graph[module] = {d for d in deps if not module.startswith(d + ".") and d != "fleetrl"}
+    state: dict[str, str] = {}
+    cycles = []
+
+    def visit(module: str, trail: list[str]) -> None:
+        state[module] = "open"
+        for dep in sorted(graph[module]):
+            if state.get(dep) == "open":
+                cycles.append(" -> ".join([*trail[trail.index(dep) :], dep]))
+            elif dep not in state:
+                visit(dep, [*trail, dep])
+        state[module] = "done"
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    assert cycles == []
+
+
+def test_package_inits_import_nothing_heavy():
+    packages = sorted(
+        module_name(p) for p in ROOT.glob("*/__init__.py") if p.parent.name != "__pycache__"
+    )
+    code = (
+        "import sys\n"
+        + "".join(f"import {name}\n" for name in packages)
+        + "heavy = [m for m in ('torch', 'transformers', 'fsspec', 'httpx') if m in sys.modules]\n"
+        + "print(','.join(heavy))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "", f"importing {packages} loads {out.stdout.strip()}"
