@@ -17,7 +17,6 @@ if TYPE_CHECKING:
     from fleetrl.config import RunConfig
 
 from fleetrl.envs.tasks_cli import tasks_app
-from fleetrl.trainer.sft_cli import sft
 
 app = typer.Typer(
     help="fleetrl: asynchronous RL for specialised coding-agent models.",
@@ -30,7 +29,6 @@ bench_app = typer.Typer(help="Measure fleetrl's parts (results as a table or --j
 app.add_typer(model_app, name="model")
 app.add_typer(bench_app, name="bench")
 app.add_typer(tasks_app, name="tasks")
-app.command()(sft)
 
 
 def fail(message: str) -> typer.Exit:
@@ -254,7 +252,7 @@ def bench_pipeline(
     group_size: Annotated[int, typer.Option(help="Samples per group (G).")] = 8,
     max_staleness: Annotated[int, typer.Option(help="Staleness bound of the async run.")] = 2,
     model: Annotated[
-        str | None, typer.Option(help="Checkpoint directory, or `base` [model.path].")
+        str | None, typer.Option(help="Checkpoint directory, or `base` \\[model.path].")
     ] = None,
     env_latency: Annotated[
         float,
@@ -346,25 +344,121 @@ def train(
     typer.echo(f"run directory: {run_dir}  (report: {run_dir / 'report.html'})")
 
 
+@app.command()
+def sft(
+    out: Annotated[Path, typer.Argument(help="Directory to write the checkpoint into.")],
+    steps: Annotated[int | None, typer.Option(help="Optimizer steps \\[sft.steps].")] = None,
+    batch_size: Annotated[
+        int | None, typer.Option(help="Episodes per step \\[sft.batch_size].")
+    ] = None,
+    lr: Annotated[float | None, typer.Option(help="Peak learning rate, AdamW \\[sft.lr].")] = None,
+    warmup: Annotated[
+        int | None, typer.Option(help="Linear warmup steps before the cosine \\[sft.warmup_steps].")
+    ] = None,
+    seed: Annotated[
+        int | None, typer.Option(help="Seed of the initial weights and batch order \\[sft.seed].")
+    ] = None,
+    threads: Annotated[int | None, typer.Option(help="torch CPU threads \\[sft.threads].")] = None,
+    bf16: Annotated[
+        bool | None,
+        typer.Option(
+            "--bf16/--fp32",
+            help="Matmuls in bfloat16 (autocast; float32 weights): about 2x faster on CPUs "
+            "with AVX512-BF16, slower on CPUs without it \\[sft.bf16].",
+        ),
+    ] = None,
+    init: Annotated[
+        Path | None,
+        typer.Option(help="Start from this checkpoint and its tokenizer \\[sft.init]."),
+    ] = None,
+    hidden: Annotated[
+        int | None, typer.Option(help="Hidden size of a fresh model, 4 heads \\[sft.hidden].")
+    ] = None,
+    layers: Annotated[
+        int | None, typer.Option(help="Decoder layers of a fresh model \\[sft.layers].")
+    ] = None,
+    copies: Annotated[
+        int | None,
+        typer.Option(help="Renamed copies per task demonstrated on top \\[sft.copies]."),
+    ] = None,
+    max_tasks: Annotated[
+        int | None,
+        typer.Option(help="Demonstrate only the first N training tasks, 0: all \\[sft.max_tasks]."),
+    ] = None,
+    save_every: Annotated[
+        int | None,
+        typer.Option(
+            help="Also save OUT/step-NNNNNN/ every N steps, 0: only the end \\[sft.save_every]."
+        ),
+    ] = None,
+    log_every: Annotated[
+        int | None, typer.Option(help="Steps between loss lines \\[sft.log_every].")
+    ] = None,
+    demos_cache: Annotated[
+        Path | None,
+        typer.Option(help="Folder caching the demonstrations \\[sft.demos_cache]."),
+    ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Write into a non-empty directory.")
+    ] = False,
+    config_file: ConfigOption = None,
+    set_: SetOption = None,
+) -> None:
+    """Supervised fine-tuning on expert demonstrations of the micro training tasks.
+
+    The expert solves each task through the real harness (read the file, edit it, run the
+    example from the problem statement, finish) in real sandboxes, by each of its plans
+    (graded by the verifier), then renamed copies of each task with fresh random names
+    (checked by the expert's own run). The model learns the expert's replies only.
+    Settings come from the run configuration tree (defaults, --config, --set); each flag
+    below overrides the key in brackets after it."""
+    shortcuts = {
+        "sft.steps": steps,
+        "sft.batch_size": batch_size,
+        "sft.lr": lr,
+        "sft.warmup_steps": warmup,
+        "sft.seed": seed,
+        "sft.threads": threads,
+        "sft.bf16": bf16,
+        "sft.init": str(init) if init else None,
+        "sft.hidden": hidden,
+        "sft.layers": layers,
+        "sft.copies": copies,
+        "sft.max_tasks": max_tasks,
+        "sft.save_every": save_every,
+        "sft.log_every": log_every,
+        "sft.demos_cache": str(demos_cache) if demos_cache else None,
+    }
+    config = run_config(config_file, set_, shortcuts)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
+        raise fail(f"{out} is not an empty directory (use --force to write into it)")
+    from fleetrl.orchestrate.sft import SftError, run_sft
+
+    try:
+        run_sft(config, out, echo=typer.echo)
+    except SftError as err:
+        raise fail(str(err)) from None
+
+
 @app.command("eval")
 def eval_command(
     checkpoint: Annotated[str, typer.Argument(help="Checkpoint directory, or `base`.")] = "base",
-    split: Annotated[str | None, typer.Option(help="Split to evaluate [eval.split].")] = None,
-    suite: Annotated[str | None, typer.Option(help="Bundled task suite [tasks.suite].")] = None,
+    split: Annotated[str | None, typer.Option(help="Split to evaluate \\[eval.split].")] = None,
+    suite: Annotated[str | None, typer.Option(help="Bundled task suite \\[tasks.suite].")] = None,
     tasks: Annotated[
-        Path | None, typer.Option(help="A generated task folder instead [tasks.tasks_dir].")
+        Path | None, typer.Option(help="A generated task folder instead \\[tasks.tasks_dir].")
     ] = None,
     episodes: Annotated[
-        int | None, typer.Option(help="Episodes at least, tasks x samples [eval.episodes].")
+        int | None, typer.Option(help="Episodes at least, tasks x samples \\[eval.episodes].")
     ] = None,
     max_tasks: Annotated[
-        int | None, typer.Option(help="Use only the first N tasks, 0: all [eval.max_tasks].")
+        int | None, typer.Option(help="Use only the first N tasks, 0: all \\[eval.max_tasks].")
     ] = None,
     temperature: Annotated[
-        float | None, typer.Option(help="Sampling temperature, 0: greedy [rollout.temperature].")
+        float | None, typer.Option(help="Sampling temperature, 0: greedy \\[rollout.temperature].")
     ] = None,
-    seed: Annotated[int | None, typer.Option(help="Sampling seed [trainer.seed].")] = None,
-    threads: Annotated[int | None, typer.Option(help="torch CPU threads [eval.threads].")] = None,
+    seed: Annotated[int | None, typer.Option(help="Sampling seed \\[trainer.seed].")] = None,
+    threads: Annotated[int | None, typer.Option(help="torch CPU threads \\[eval.threads].")] = None,
     config_file: ConfigOption = None,
     set_: SetOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
@@ -372,7 +466,7 @@ def eval_command(
     """pass@1 of a checkpoint on a task split, with a Wilson 95% confidence interval.
 
     Settings come from the run configuration tree (defaults, --config, --set); each flag
-    overrides the key in brackets."""
+    below overrides the key in brackets after it."""
     shortcuts = {
         "tasks.suite": suite,
         "tasks.tasks_dir": str(tasks) if tasks else None,

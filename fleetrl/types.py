@@ -77,13 +77,13 @@ class Task:
     every hidden test file removed. The agent starts from that tree and sees only
     `problem_statement`; `patch` and `test_patch` stay with the verifier, which applies
     the agent's diff, then `test_patch`, and rewards 1 iff every FAIL_TO_PASS test and
-    every PASS_TO_PASS test passes. `fleetrl.envs.tasks` loads, validates and checks
-    these records out.
+    every PASS_TO_PASS test passes. `fleetrl.envs.records` loads and validates these
+    records, `fleetrl.envs.workspace` checks them out.
     """
 
     instance_id: str  # unique id, e.g. "micro-train-0007" or "calc__operator_swap_1a2b3c4d"
     # Absolute path of the task's git repository. Bundled suites materialise it on first
-    # use (fleetrl.envs.tasks.ensure_repo), so it may not exist until then.
+    # use (fleetrl.envs.workspace.ensure_repo), so it may not exist until then.
     repo: str
     base_commit: str  # 40-hex sha of the repository's only commit: the agent's starting tree
     problem_statement: str  # the issue text the agent is given
@@ -130,3 +130,13 @@ class Trajectory:
     duration_s: float  # wall time of the episode, verification excluded
     flags: list[str] = field(default_factory=list)  # verifier anti-cheat flags raised
     group_id: str = ""  # samples of one task drawn together share it (group advantages)
+
+
+@dataclass
+class Demo:
+    """One expert demonstration, as the harness recorded it: what SFT trains on."""
+
+    task_id: str  # Task.instance_id (a renamed copy's: the original's + "-" + its function)
+    plan: str  # the expert's plan, a key of fleetrl.envs.micro.expert.PLANS
+    token_ids: list[int]  # prompt, expert replies and tool results of one context window
+    loss_mask: list[int]  # 1 on the expert's reply tokens (each ends with <|im_end|>)

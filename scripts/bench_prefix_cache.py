@@ -9,25 +9,30 @@ import asyncio
 
 import torch
 
-from fleetrl.envs.tasks import load_tasks
+from fleetrl.config import load_config
+from fleetrl.envs.suites import load_tasks
 from fleetrl.inference.engine import Engine
-from fleetrl.model.checkpoint import load_pretrained
+from fleetrl.model.checkpoint import BASE_MODEL, load_pretrained
 from fleetrl.model.tokenizer import Tokenizer
-from fleetrl.rollout.evaluate import BASE_MODEL, evaluate_policy
-from fleetrl.rollout.worker import RolloutConfig, Rollouts
+from fleetrl.rollout.evaluate import evaluate_policy
+from fleetrl.rollout.worker import Rollouts
+
+CONFIG = load_config()  # the defaults of the run configuration tree, as `fleetrl eval` uses
 
 
 async def measure(slots: int) -> str:
     """One evaluation with `slots` parked prefix-cache slots; a line of figures."""
-    config = RolloutConfig()
+    episodes = CONFIG.eval.max_concurrent
     engine = Engine(
         load_pretrained(BASE_MODEL),
-        max_batch_size=config.max_concurrent,
-        max_model_len=config.harness.max_context + 8,
+        max_batch_size=episodes,
+        max_model_len=CONFIG.harness.max_context + 8,
         prefix_cache_slots=slots,
     )
     tasks = load_tasks(suite="micro", split="heldout")
-    rollouts = Rollouts(engine, Tokenizer.from_pretrained(BASE_MODEL), config)
+    tokenizer = Tokenizer.from_pretrained(BASE_MODEL)
+    gradings = CONFIG.eval.max_concurrent_verify
+    rollouts = Rollouts(engine, tokenizer, CONFIG.harness, CONFIG.rollout, episodes, gradings)
     result = await evaluate_policy(rollouts, tasks, samples_per_task=2)
     await engine.close()
     stats = engine.stats
@@ -43,7 +48,7 @@ def main() -> None:
     """Two rounds of cache on / off."""
     torch.set_num_threads(1)
     for round_ in range(2):
-        for slots in (RolloutConfig().max_concurrent, 0):
+        for slots in (CONFIG.eval.max_concurrent, 0):
             print(f"round {round_} {asyncio.run(measure(slots))}", flush=True)
 
 

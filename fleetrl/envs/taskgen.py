@@ -45,8 +45,9 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path, PurePosixPath
 
+from fleetrl.envs.git import commit_all, git
 from fleetrl.envs.mutations import KINDS, Mutation, find_mutations
-from fleetrl.envs.tasks import TASKS_FILE, TaskError, commit_all, git, write_jsonl
+from fleetrl.envs.records import TASKS_FILE, TaskError, write_jsonl
 from fleetrl.envs.testrun import PytestResult, run_pytest
 from fleetrl.types import Task
 

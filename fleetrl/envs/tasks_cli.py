@@ -60,7 +60,8 @@ def list_tasks(
     as_json: JsonOption = False,
 ) -> None:
     """Print the task ids of a suite or a task folder (--json: a JSON list)."""
-    from fleetrl.envs.tasks import TaskError, load_tasks
+    from fleetrl.envs.records import TaskError
+    from fleetrl.envs.suites import load_tasks
 
     try:
         name, folder = _source(suite, tasks_dir)
@@ -83,7 +84,9 @@ def show(
     The JSON record is for tooling: never show it to an agent. A bundled suite's task
     repository is written first, so the printed `repo` path exists.
     """
-    from fleetrl.envs.tasks import TaskError, ensure_repo, get_task
+    from fleetrl.envs.records import TaskError
+    from fleetrl.envs.suites import get_task
+    from fleetrl.envs.workspace import ensure_repo
 
     try:
         name, folder = _source(suite, tasks_dir)
@@ -115,7 +118,9 @@ def checkout_task(
     DEST gets the base tree and a one-commit .git whose HEAD is the base commit: no hidden
     tests, no gold patch, no other history, no remote.
     """
-    from fleetrl.envs.tasks import TaskError, checkout, get_task
+    from fleetrl.envs.records import TaskError
+    from fleetrl.envs.suites import get_task
+    from fleetrl.envs.workspace import checkout
 
     try:
         name, folder = _source(suite, tasks_dir)
@@ -154,8 +159,8 @@ def make(
     OUT/tasks.jsonl, one git repository per task under OUT/repos/, and OUT/report.json.
     """
     from fleetrl.envs.mutations import KINDS
+    from fleetrl.envs.records import TaskError
     from fleetrl.envs.taskgen import REPORT_FILE, make_tasks
-    from fleetrl.envs.tasks import TaskError
 
     chosen = [k.strip() for k in kinds.split(",") if k.strip()] if kinds else list(KINDS)
     try:

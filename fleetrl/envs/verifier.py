@@ -46,8 +46,9 @@ from pathlib import Path
 from typing import Any
 
 from fleetrl.envs import anticheat
+from fleetrl.envs.cache import cache_dir
 from fleetrl.envs.sandbox import Limits, Sandbox, open_sandbox
-from fleetrl.envs.tasks import cache_dir, ensure_repo
+from fleetrl.envs.workspace import ensure_repo
 from fleetrl.types import Task
 
 # Files that are never part of a change: VCS state and interpreter caches.

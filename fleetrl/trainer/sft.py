@@ -10,10 +10,12 @@ Only the replies (tool calls and their closing `<|im_end|>`) are targets: the pr
 tool results are context the model reads, never text it should learn to write. The loss is
 the mean over target tokens of the batch, so long and short episodes weigh per token.
 
-Contract: the same demos, config, seed and thread count give the same weights on one
-machine (no dropout; batches are drawn from a seeded generator). The model trains in
-float32. Not covered: packing several episodes into one row, several processes, resuming an
-interrupted run (start again with `init` pointing at a saved step).
+Contract: the same demos, config (`fleetrl.config.SftSection`), seed and thread count give
+the same weights on one machine (no dropout; batches are drawn from a seeded generator).
+The model trains in float32. Demos come from `fleetrl.rollout.demos`; the `fleetrl sft`
+command's job is `fleetrl.orchestrate.sft`. Not covered: packing several episodes into one
+row, several processes, resuming an interrupted run (start again with `init` pointing at a
+saved step).
 """
 
 from __future__ import annotations
@@ -30,35 +32,15 @@ import torch
 import torch.nn.functional as F
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+from fleetrl.config import SftSection
 from fleetrl.model.checkpoint import save_pretrained
 from fleetrl.model.config import ModelConfig
 from fleetrl.model.qwen3 import Qwen3
 from fleetrl.model.tokenizer import Tokenizer
-from fleetrl.trainer.demos import Demo
+from fleetrl.types import Demo
 
 STATE_FILE = "sft.json"  # written beside the weights: config, data and loss figures of the run
 BUCKET = 8  # batches per length-sorting window (see _batches)
-
-
-@dataclass
-class SFTConfig:
-    """The optimisation of one SFT run."""
-
-    steps: int = 800  # optimizer steps
-    batch_size: int = 32  # episodes per step
-    lr: float = 1e-3  # peak learning rate, reached after warmup
-    warmup_steps: int = 50  # linear ramp from 0 to `lr`
-    min_lr_ratio: float = 0.1  # the cosine decays to lr * this at the last step
-    weight_decay: float = 0.1  # AdamW; not applied to norms (1-d weights)
-    betas: tuple[float, float] = (0.9, 0.95)
-    max_grad_norm: float = 1.0
-    seed: int = 0  # batch order (and the initial weights when training from scratch)
-    # Matmuls in bfloat16 under autocast, weights and optimizer state in float32: 2x faster
-    # on CPUs with AVX512-BF16 (measured here), slower on CPUs without it. Off by default
-    # so that the shipped base model's recipe reproduces on any CPU.
-    bf16: bool = False
-    log_every: int = 25  # steps between loss lines
-    save_every: int = 0  # also write OUT/step-NNNNNN/ every this many steps; 0 = only at the end
 
 
 @dataclass
@@ -99,12 +81,14 @@ def model_config(tokenizer: Tokenizer, hidden: int = 256, layers: int = 4) -> Mo
     )
 
 
-def lr_at(step: int, config: SFTConfig) -> float:
-    """Learning rate of 0-based `step`: linear warmup, then cosine down to lr * min_lr_ratio."""
-    if step < config.warmup_steps:
-        return config.lr * (step + 1) / config.warmup_steps
-    span = max(config.steps - config.warmup_steps - 1, 1)
-    progress = min((step - config.warmup_steps) / span, 1.0)
+def lr_at(step: int, config: SftSection) -> float:
+    """Learning rate of 0-based `step`: linear warmup (at most steps - 1 long), then cosine
+    down to lr * min_lr_ratio at the last step."""
+    warmup = min(config.warmup_steps, config.steps - 1)
+    if step < warmup:
+        return config.lr * (step + 1) / warmup
+    span = max(config.steps - warmup - 1, 1)
+    progress = min((step - warmup) / span, 1.0)
     floor = config.lr * config.min_lr_ratio
     return floor + (config.lr - floor) * 0.5 * (1 + math.cos(math.pi * progress))
 
@@ -153,7 +137,7 @@ def _batches(demos: list[Demo], batch_size: int, seed: int) -> Iterator[list[Dem
             yield from ([demos[j] for j in batch] for batch in batches if len(batch) == batch_size)
 
 
-def _optimizer(model: Qwen3, config: SFTConfig) -> torch.optim.AdamW:
+def _optimizer(model: Qwen3, config: SftSection) -> torch.optim.AdamW:
     """AdamW with weight decay on matrices only (norm gains stay free, as is customary)."""
     params = [p for p in model.parameters() if p.requires_grad]
     decay = [p for p in params if p.dim() >= 2]
@@ -179,7 +163,7 @@ def train_sft(
     demos: list[Demo],
     tokenizer: Tokenizer,
     out: Path,
-    config: SFTConfig,
+    config: SftSection,
     about: dict[str, object] | None = None,
     progress: bool = True,
     echo: Callable[[str], None] = print,
@@ -201,7 +185,7 @@ def train_sft(
     start = time.monotonic()
 
     def state() -> dict[str, object]:
-        return {"about": about or {}, "config": asdict(config), "result": asdict(result)}
+        return {"about": about or {}, "config": config.model_dump(), "result": asdict(result)}
 
     columns = [
         TextColumn("sft"),

@@ -2,7 +2,7 @@
 
 import pytest
 
-from fleetrl.config import ConfigError, dump_config, load_config, parse_overrides
+from fleetrl.config import ConfigError, dump_config, load_config, parse_overrides, with_overrides
 
 
 def test_defaults_are_valid_and_round_trip(tmp_path):
@@ -45,3 +45,35 @@ def test_missing_file_and_bad_override(tmp_path):
         load_config(tmp_path / "none.toml")
     with pytest.raises(ConfigError, match="KEY=VALUE"):
         parse_overrides(["trainer.lr"])
+
+
+def test_every_knob_of_every_command_lives_in_the_tree():
+    # The harness budgets, the loss aggregation, evaluation and SFT are sections of the
+    # same tree as training, so one file (or --set) configures every command.
+    config = load_config(
+        overrides=parse_overrides(
+            [
+                "harness.max_turns=3",
+                "harness.system_prompt=Be brief.",
+                "trainer.aggregation=token_mean",
+                "rollout.verify_timeout_s=5",
+                "eval.max_concurrent=4",
+                "sft.lr=3e-4",
+                "sft.betas=[0.9, 0.99]",
+            ]
+        )
+    )
+    assert (config.harness.max_turns, config.harness.system_prompt) == (3, "Be brief.")
+    assert config.trainer.aggregation == "token_mean"
+    assert (config.rollout.verify_timeout_s, config.eval.max_concurrent) == (5.0, 4)
+    assert (config.sft.lr, config.sft.betas) == (3e-4, (0.9, 0.99))
+    with pytest.raises(ConfigError, match=r"sft\.hidden"):
+        load_config(overrides={"sft": {"hidden": 100}})
+
+
+def test_with_overrides_validates_like_a_file():
+    config = load_config()
+    assert with_overrides(config, {"trainer": {"steps": 3}}).trainer.steps == 3
+    assert config.trainer.steps != 3  # the original is untouched
+    with pytest.raises(ConfigError, match=r"rollout\.group_size"):
+        with_overrides(config, {"rollout": {"group_size": 1}})

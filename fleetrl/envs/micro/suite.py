@@ -8,7 +8,7 @@ tests. The problem statement is the first failing assertion, e.g.
 
 so a whole episode (statement, file, fix) fits in a few hundred tokens.
 
-How it is made (`fleetrl.envs.micro_templates` has the templates):
+How it is made (`fleetrl.envs.micro.templates` has the templates):
 
 - 20 function templates x 2-4 bug kinds each (62 template/bug pairs) over 8 kinds:
   operator swap, comparison flip, off-by-one, constant change, dropped statement, swapped
@@ -29,38 +29,32 @@ How it is made (`fleetrl.envs.micro_templates` has the templates):
   output changes; cached repositories live under a folder named after it.
 
 Records are built in memory (well under a second); a task's repository is written under
-`cache_dir()/suites/micro/<version>/<instance_id>` on first use (`tasks.ensure_repo`).
+`cache_dir()/suites/micro/<version>/<instance_id>` on first use (`workspace.ensure_repo`
+calls `materialise`, found through the registry, `fleetrl.envs.suites`). The statement's
+wording lives in `fleetrl.envs.micro.statement`, beside its parser.
 """
 
 from __future__ import annotations
 
-import builtins
 import copy
 import functools
-import keyword
 import random
 import string
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from fleetrl.envs.micro_templates import TEMPLATES, Template
-from fleetrl.envs.tasks import Suite, cache_dir, flat_commit_sha, unified_diff
+from fleetrl.envs.cache import cache_dir
+from fleetrl.envs.git import flat_commit_sha, unified_diff
+from fleetrl.envs.micro.names import RESERVED_NAMES
+from fleetrl.envs.micro.statement import write_statement
+from fleetrl.envs.micro.templates import TEMPLATES, Template
 from fleetrl.types import Task
 
 MICRO_VERSION = "v1"
 SPLIT_SIZES = {"train": 440, "heldout": 100}  # generated in this order
 HELDOUT_LETTERS = "dhkpuwz"  # template letters of held-out tasks; train tasks use the rest
 TESTS_PER_TASK = 3
-# Names a generated identifier must not take: Python's own, and modules the test run imports.
-RESERVED_NAMES = (
-    set(keyword.kwlist)
-    | set(keyword.softkwlist)
-    | set(dir(builtins))
-    | set(sys.stdlib_module_names)
-    | {"py", "pytest", "pluggy", "conftest", "test", "tests"}
-)
 
 
 def split_of_int(value: int) -> str:
@@ -208,9 +202,7 @@ def _make(
             continue
         f2p.append(node)
         if not statement:
-            ok, got = outcome
-            result = f"it returns {got!r}" if ok else f"it raises {got}"
-            statement = f"`{call}` should return {expected!r}, but {result}."
+            statement = write_statement(call, expected, outcome)
     return _Spec(
         instance_id=instance_id,
         split=split,
@@ -286,6 +278,3 @@ def materialise(task: Task, dest: Path) -> None:
     """Write a micro task's base tree (the buggy module only) into the empty folder `dest`."""
     spec = _spec_by_id()[task.instance_id]
     (dest / f"{spec.function}.py").write_text(spec.buggy, encoding="utf-8")
-
-
-SUITE = Suite(name="micro", build=build_suite, materialise=materialise)

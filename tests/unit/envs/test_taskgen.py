@@ -11,7 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from fleetrl.envs.git import apply_patch, git
 from fleetrl.envs.mutations import find_mutations
+from fleetrl.envs.records import TASKS_FILE, TaskError
+from fleetrl.envs.suites import load_tasks
 from fleetrl.envs.taskgen import (
     REPORT_FILE,
     candidate_order,
@@ -19,8 +22,8 @@ from fleetrl.envs.taskgen import (
     make_tasks,
     repo_files,
 )
-from fleetrl.envs.tasks import TASKS_FILE, TaskError, apply_patch, checkout, git, load_tasks
 from fleetrl.envs.testrun import run_pytest
+from fleetrl.envs.workspace import checkout
 from fleetrl.types import Task
 
 # The hypothesis plugin of this environment costs ~0.4 s per pytest start and the repos

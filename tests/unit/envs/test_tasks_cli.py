@@ -9,7 +9,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from fleetrl.envs.tasks import git
+from fleetrl.envs.git import git
 from fleetrl.envs.tasks_cli import tasks_app
 
 runner = CliRunner()

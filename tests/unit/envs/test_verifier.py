@@ -9,8 +9,9 @@ import pytest
 from typer.testing import CliRunner
 
 from fleetrl.envs import verifier
+from fleetrl.envs.git import apply_patch
 from fleetrl.envs.sandbox import open_sandbox
-from fleetrl.envs.tasks import apply_patch, checkout, ensure_repo, get_task, load_tasks
+from fleetrl.envs.suites import get_task, load_tasks
 from fleetrl.envs.verifier import (
     OutcomeCache,
     sandbox_changes,
@@ -18,6 +19,7 @@ from fleetrl.envs.verifier import (
     verify_workspace,
     workspace_changes,
 )
+from fleetrl.envs.workspace import checkout, ensure_repo
 
 TASK_ID = "micro-train-0007"  # nkims(j): Horner-style fold; bug: initial value 1 instead of 0
 

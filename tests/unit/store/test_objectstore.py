@@ -1,4 +1,5 @@
-"""ObjectStore contract on a local folder and on SeaweedFS, and the throttled link."""
+"""ObjectStore contract and the throttled link on a local folder (tests/env/store reruns
+the checks that take `location` on SeaweedFS)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """Keeping engines in sync, with real Engines: WeightFollower applies versions bit-exactly,
 in flight and verified; RegionRelay carries each version across the (throttled)
-cross-region link once, whatever the number of engines in the region."""
+cross-region link once, whatever the number of engines in the region. On a local folder;
+tests/env/store reruns these on SeaweedFS."""
 
 from __future__ import annotations
 

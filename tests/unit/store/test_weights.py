@@ -1,5 +1,6 @@
-"""WeightStore on a local folder and on SeaweedFS: bit-exact versions, verified hashes,
-crash safety, and garbage collection that keeps what followers need."""
+"""WeightStore on a local folder (tests/env/store reruns these on SeaweedFS): bit-exact
+versions, verified hashes, crash safety, and garbage collection that keeps what followers
+need."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ from fleetrl.config import HarnessSection, RolloutSection
 from fleetrl.envs.suites import get_task
 from fleetrl.model.chat import Message, ToolCall, format_reply
 from fleetrl.model.tokenizer import bundled_tokenizer
-from fleetrl.rollout.evaluate import evaluate_policy, summarise, wilson_interval
+from fleetrl.rollout.evaluate import evaluate_policy, summarise
 from fleetrl.rollout.worker import Rollouts
 from fleetrl.types import Completion, SamplingParams
 
@@ -30,13 +30,6 @@ class Fixer:
         self.calls += 1
         ids = TOKENIZER.encode(format_reply(reply) + "<|im_end|>")
         return Completion(list(prompt_ids), ids, [-1.0] * len(ids), [0] * len(ids), "stop")
-
-
-def test_wilson_interval():
-    low, high = wilson_interval(20, 100)
-    assert (round(low, 3), round(high, 3)) == (0.133, 0.289)
-    assert wilson_interval(0, 200)[0] == 0.0 and wilson_interval(200, 200)[1] == 1.0
-    assert wilson_interval(0, 0) == (0.0, 1.0)
 
 
 def test_verified_episodes_carry_reward_and_group():

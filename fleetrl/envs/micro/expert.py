@@ -1,0 +1,200 @@
+"""The scripted expert: a token policy that fixes micro tasks the way a model would.
+
+    prompt ids ─▶ decode ─▶ user turn = a task's problem statement ─▶ which task
+               ─▶ count of earlier turns + tool results read from the context
+               ─▶ the plan's next tool call ─▶ reply ids (format_reply + <|im_end|>)
+
+The expert decides every reply from its context, like a model: it decodes the prompt ids,
+finds its task by the problem statement in the user turn, counts its earlier turns and
+reads the tool results. Only the fix itself comes from outside, from the gold patch. A plan
+(PLANS) fixes the order of its tool calls: `read_file` of the module, `edit_file(path,
+old, new)` with the shortest unique `old` (the changed line without its indentation,
+widened by neighbouring lines until the file holds it exactly once), `run` of the call
+from the problem statement (the hidden tests are not in the workspace), `finish`. Plans
+vary the order a little (look at the folder first, reproduce the bug before fixing it),
+which gives a model more than one path to learn.
+
+One expert serves many episodes at once, one per task of its list (their statements must
+differ, or it could not tell them apart). `problems[instance_id]` lists everything that
+went differently than a correct fix would go (an edit refused, a wrong value printed); an
+episode with problems is no demonstration.
+
+Not covered: mistakes and recovery (the expert makes none); patches touching more than one
+file or hunk (micro patches are one single-line change or insertion); prompts whose user
+turn is not the bare problem statement (a harness `task_template` that wraps it).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from fleetrl.envs.micro.gold import GoldChange, gold_change
+from fleetrl.envs.micro.statement import parse_statement
+from fleetrl.model.chat import GENERATION_PROMPT, IM_END, IM_START, Message, ToolCall, format_reply
+from fleetrl.model.tokenizer import Tokenizer
+from fleetrl.types import Completion, SamplingParams, Task
+
+PLANS: dict[str, tuple[str, ...]] = {
+    "fix": ("read", "edit", "check", "finish"),
+    "look_first": ("list", "read", "edit", "check", "finish"),
+    "reproduce": ("read", "check", "edit", "check", "finish"),
+}
+_RESPONSE = re.compile(r"<tool_response>\n(.*?)\n</tool_response>", re.DOTALL)
+_USER_TURN = re.compile(re.escape(f"{IM_START}user\n") + "(.*?)" + re.escape(IM_END), re.DOTALL)
+
+
+@dataclass(frozen=True)
+class Example:
+    """The call in a micro problem statement and what it should print once fixed."""
+
+    module: str  # module to import the function from
+    function: str
+    call: str  # e.g. "nkims([4, 8])"
+    expected: str  # what `print(call)` shows after the fix, e.g. "44"
+
+
+def parse_example(statement: str, path: str) -> Example:
+    """The call of a micro problem statement and its expected printed value; `path` is
+    the module's file."""
+    parsed = parse_statement(statement)
+    expected = str(ast.literal_eval(parsed.expected))  # print() shows str, not repr
+    module = Path(path).with_suffix("").as_posix().replace("/", ".")
+    return Example(module, parsed.function, parsed.call, expected)
+
+
+def check_command(example: Example) -> str:
+    """A shell command that prints the example call's result.
+
+    `-B`: a run before the edit must not leave bytecode behind, because Python trusts a
+    cached .pyc whose source has the same size and mtime second, which a one-character fix
+    made within the same second has.
+    """
+    code = f"from {example.module} import {example.function}; print({example.call})"
+    escaped = re.sub(r'(["\\$`])', r"\\\1", code)  # inside bash double quotes
+    return f'python -B -c "{escaped}"'
+
+
+def _windows(start: int, end: int, n_lines: int) -> list[tuple[int, int]]:
+    """Line ranges around the change, smallest first; one more line above before below."""
+    out = []
+    for extra in range(n_lines + 1):
+        for up in range(extra, -1, -1):
+            a, b = start - up, end + extra - up
+            if a >= 0 and b <= n_lines and b > a:
+                out.append((a, b))
+    return out
+
+
+def shortest_edit(lines: list[str], change: GoldChange) -> tuple[str, str]:
+    """`old` and `new` for edit_file: the changed lines, indentation of the first cut off,
+    widened by neighbouring lines until `old` occurs exactly once in the file."""
+    if tuple(lines[change.start : change.end]) != change.old:
+        raise ValueError(f"{change.path}: the file does not hold the patch's lines")
+    text = "\n".join(lines)
+    for a, b in _windows(change.start, change.end, len(lines)):
+        old = "\n".join(lines[a:b])
+        new = "\n".join([*lines[a : change.start], *change.new, *lines[change.end : b]])
+        indent = old[: len(old) - len(old.lstrip())]
+        if new.startswith(indent):  # the model copies less, and `old` still anchors the edit
+            old, new = old[len(indent) :], new[len(indent) :]
+        if old and text.count(old) == 1:
+            return old, new
+    raise ValueError(f"{change.path}: no unique text around the change")
+
+
+def _file_lines(read_output: str) -> list[str]:
+    """The file's lines from read_file's numbered output (`N: line`)."""
+    return [line.split(": ", 1)[1] if ": " in line else "" for line in read_output.split("\n")]
+
+
+@dataclass(frozen=True)
+class _Solution:
+    """What the expert knows of one task: where the fix goes and how to check it."""
+
+    task_id: str
+    change: GoldChange
+    example: Example
+
+
+class Expert:
+    """A TokenPolicy that solves the micro tasks of `tasks` by one plan, deciding from its
+    context; `problems[instance_id]` collects what went wrong per task."""
+
+    def __init__(self, tasks: list[Task], plan: str, tokenizer: Tokenizer) -> None:
+        """ValueError if a task is no micro task or two tasks share a problem statement."""
+        self.plan = PLANS[plan]
+        self.tokenizer = tokenizer
+        self.problems: dict[str, list[str]] = {task.instance_id: [] for task in tasks}
+        self._solutions: dict[str, _Solution] = {}
+        for task in tasks:
+            other = self._solutions.get(task.problem_statement)
+            if other is not None:
+                raise ValueError(
+                    f"{task.instance_id} and {other.task_id} have the same problem statement"
+                )
+            change = gold_change(task.patch)
+            example = parse_example(task.problem_statement, change.path)
+            self._solutions[task.problem_statement] = _Solution(task.instance_id, change, example)
+
+    def _solution(self, context: str) -> _Solution:
+        """The task whose problem statement is the context's (first) user turn."""
+        match = _USER_TURN.search(context)
+        solution = self._solutions.get(match[1]) if match else None
+        if solution is None:
+            shown = match[1][:80] if match else context[:80]
+            raise LookupError(f"the prompt states no problem of the expert's tasks: {shown!r}")
+        return solution
+
+    def _reply(self, solution: _Solution, turn: int, results: list[str]) -> Message:
+        """The assistant message for 0-based `turn`, given the tool results so far."""
+        problems = self.problems[solution.task_id]
+        steps = self.plan
+        done = steps[:turn]
+        if done and done[-1] == "edit" and not results[-1].startswith("edited "):
+            problems.append(f"edit refused: {results[-1]}")
+        if done and done[-1] == "check" and "edit" in done:
+            shown = f"exit code: 0\n{solution.example.expected}"
+            if results[-1] != shown:
+                problems.append(f"check printed {results[-1]!r}, expected {shown!r}")
+        step = steps[turn] if turn < len(steps) and not problems else "finish"
+        path = solution.change.path
+        if step == "list":
+            call = ToolCall("list_dir", {})
+        elif step == "read":
+            call = ToolCall("read_file", {"path": path})
+        elif step == "edit":
+            lines = _file_lines(results[steps.index("read")])
+            old, new = shortest_edit(lines, solution.change)
+            call = ToolCall("edit_file", {"path": path, "old": old, "new": new})
+        elif step == "check":
+            call = ToolCall("run", {"command": check_command(solution.example)})
+        else:
+            call = ToolCall("finish", {})
+        return Message("assistant", "", [call])
+
+    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> Completion:
+        """The next reply's ids, as a model that never errs would sample them."""
+        context = self.tokenizer.decode(prompt_ids)
+        solution = self._solution(context)
+        problems = self.problems[solution.task_id]
+        turn = context.count(GENERATION_PROMPT) - 1  # the last one is this turn's opening
+        try:
+            message = self._reply(solution, turn, _RESPONSE.findall(context))
+        except ValueError as err:
+            problems.append(str(err))
+            message = Message("assistant", "", [ToolCall("finish", {})])
+        ids = self.tokenizer.encode(format_reply(message) + IM_END)
+        if len(ids) > params.max_tokens:
+            problems.append(f"reply of {len(ids)} tokens exceeds the budget")
+            ids = ids[: params.max_tokens]
+        stopped = ids[-1] == self.tokenizer.eos_id
+        return Completion(
+            prompt_ids=list(prompt_ids),
+            token_ids=ids,
+            logprobs=[0.0] * len(ids),
+            versions=[0] * len(ids),
+            finish_reason="stop" if stopped else "length",
+        )

@@ -1,0 +1,96 @@
+"""The suite registry: bundled task suites by name, and the one task resolver.
+
+    --suite NAME ─▶ Suite.build()      (records made in code, repositories not yet written)
+    --tasks DIR  ─▶ load_task_dir(DIR) (records read from JSONL files)
+                 └─▶ load_tasks / get_task (optionally one split, or one instance id)
+
+A suite plugs in with `register_suite`; the bundled `micro` suite is registered here, so
+importing this module is enough to find it. A suite's repositories are written on first
+use by `fleetrl.envs.workspace.ensure_repo`, which asks the registry for the suite's
+`materialise`. Suites themselves never import this module: they hand over plain functions.
+
+Not covered: downloading suites; suites whose records change between calls.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from fleetrl.envs.micro import suite as micro
+from fleetrl.envs.records import TaskError, load_task_dir
+from fleetrl.types import Task
+
+
+@dataclass(frozen=True)
+class Suite:
+    """A bundled task suite: records built in code, repositories written on demand."""
+
+    name: str
+    build: Callable[[], list[Task]]  # every record, in a fixed order; fast and deterministic
+    materialise: Callable[[Task, Path], None]  # write a task's base tree into an empty folder
+
+
+_SUITES: dict[str, Suite] = {
+    "micro": Suite(name="micro", build=micro.build_suite, materialise=micro.materialise),
+}
+
+
+def register_suite(suite: Suite) -> None:
+    """Make a suite loadable by name (`load_tasks(suite=...)`, `fleetrl tasks --suite`)."""
+    _SUITES[suite.name] = suite
+
+
+def suite_names() -> list[str]:
+    """Names of the registered suites."""
+    return sorted(_SUITES)
+
+
+def get_suite(name: str) -> Suite:
+    """The registered suite called `name`; TaskError listing the known ones otherwise."""
+    if name not in _SUITES:
+        raise TaskError(f"unknown suite {name!r} (known: {', '.join(sorted(_SUITES))})")
+    return _SUITES[name]
+
+
+def load_tasks(
+    suite: str | None = None, tasks_dir: Path | None = None, split: str | None = None
+) -> list[Task]:
+    """The tasks of a bundled suite or of a task folder/JSONL file, optionally one split.
+
+    This is the one resolver every command taking `--suite` / `--tasks` uses. Exactly one
+    of `suite` and `tasks_dir` must be given.
+    """
+    if (suite is None) == (tasks_dir is None):
+        raise TaskError("give exactly one of a suite name or a task folder")
+    if tasks_dir is not None:
+        tasks, where = load_task_dir(Path(tasks_dir)), str(tasks_dir)
+    else:
+        tasks, where = get_suite(suite).build(), f"suite {suite!r}"
+    if split is None:
+        return tasks
+    chosen = [task for task in tasks if task.split == split]
+    if not chosen:
+        splits = sorted({task.split for task in tasks if task.split})
+        known = f"its splits: {', '.join(splits)}" if splits else "its tasks have no split"
+        raise TaskError(f"no split {split!r} in {where} ({known})")
+    return chosen
+
+
+def get_task(instance_id: str, suite: str | None = None, tasks_dir: Path | None = None) -> Task:
+    """One task by id, from a task folder, a named suite, or (neither given) any bundled suite."""
+    if tasks_dir is not None or suite is not None:
+        pools = [(load_tasks(suite=suite, tasks_dir=tasks_dir), str(tasks_dir or suite))]
+    else:
+        pools = [(get_suite(name).build(), name) for name in suite_names()]
+    for tasks, _ in pools:
+        for task in tasks:
+            if task.instance_id == instance_id:
+                return task
+    ids = [task.instance_id for tasks, _ in pools for task in tasks]
+    close = difflib.get_close_matches(instance_id, ids, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    where = ", ".join(where for _, where in pools)
+    raise TaskError(f"unknown task id {instance_id!r} in {where}{hint}")

@@ -1,0 +1,129 @@
+"""The job of `fleetrl sft`: expert demonstrations in, a fine-tuned checkpoint out.
+
+    config.tasks ─▶ the scripted expert through the rollout worker ─▶ demos (cached)
+    sft.init, or a fresh model of sft.hidden x sft.layers (and the bundled tokenizer)
+        ─▶ train_sft(config.sft) ─▶ OUT: Hugging Face checkpoint + tokenizer + sft.json
+
+Demos follow the run's harness and sandbox settings (`config.harness`, `config.rollout`),
+so the model learns exactly the prompts and tool results it meets at RL time. Errors a
+user can cause (a missing checkpoint, tasks the expert cannot solve, no sandbox, no demo
+kept) raise SftError with a one-line message. Not covered: several processes, resuming.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from fleetrl.config import RunConfig
+from fleetrl.envs.records import TaskError
+from fleetrl.envs.sandbox import SandboxError
+from fleetrl.envs.suites import load_tasks
+from fleetrl.model.checkpoint import CheckpointError, init_model, load_pretrained
+from fleetrl.model.qwen3 import Qwen3
+from fleetrl.model.tokenizer import Tokenizer, bundled_tokenizer
+from fleetrl.rollout.demos import load_or_generate_demos
+from fleetrl.trainer.sft import SFTResult, model_config, train_sft
+from fleetrl.types import Task
+
+
+class SftError(RuntimeError):
+    """An SFT run cannot start or has nothing to train on; the message says why."""
+
+
+def _first_line(err: Exception) -> str:
+    return (str(err).strip().splitlines() or [type(err).__name__])[0]
+
+
+def _model(config: RunConfig) -> tuple[Qwen3, Tokenizer]:
+    """The model to fine-tune, with its tokenizer: `sft.init`, or a fresh one."""
+    sft = config.sft
+    try:
+        if sft.init is not None:
+            if not (Path(sft.init) / "config.json").is_file():
+                raise SftError(
+                    f"sft.init {sft.init} is not a checkpoint directory (no config.json)"
+                )
+            model = load_pretrained(Path(sft.init), dtype=torch.float32)
+            tokenizer = Tokenizer.from_pretrained(Path(sft.init))
+        else:
+            tokenizer = bundled_tokenizer()
+            model = init_model(model_config(tokenizer, sft.hidden, sft.layers), seed=sft.seed)
+    except (CheckpointError, FileNotFoundError) as err:
+        raise SftError(_first_line(err)) from None
+    if model.config.vocab_size < tokenizer.vocab_size:
+        raise SftError(
+            f"sft.init {sft.init}: the model's vocabulary is smaller than its tokenizer's"
+        )
+    return model, tokenizer
+
+
+def _tasks(config: RunConfig) -> list[Task]:
+    """The tasks to demonstrate: the run's task split, the first `sft.max_tasks` of it."""
+    source = config.tasks
+    try:
+        if source.tasks_dir is not None:
+            tasks = load_tasks(tasks_dir=Path(source.tasks_dir), split=source.split)
+        else:
+            tasks = load_tasks(suite=source.suite, split=source.split)
+    except TaskError as err:
+        raise SftError(_first_line(err)) from None
+    if any(task.suite != "micro" for task in tasks):
+        raise SftError("the scripted expert solves micro tasks only: set tasks.suite = 'micro'")
+    return tasks[: config.sft.max_tasks] if config.sft.max_tasks else tasks
+
+
+def run_sft(
+    config: RunConfig, out: Path, echo: Callable[[str], None] = print, progress: bool = True
+) -> SFTResult:
+    """Make (or load from the cache) the demonstrations, fine-tune, write `out`; the
+    progress lines go to `echo`."""
+    sft = config.sft
+    torch.set_num_threads(sft.threads)
+    model, tokenizer = _model(config)
+    tasks = _tasks(config)
+    echo(
+        f"demonstrations of {len(tasks)} training tasks and {sft.copies} renamed copies of each "
+        "(cached after the first run)"
+    )
+    start = time.monotonic()
+    cache = Path(sft.demos_cache) if sft.demos_cache else None
+    try:
+        demos, stats = load_or_generate_demos(
+            tasks,
+            tokenizer,
+            config.harness,
+            config.rollout,
+            copies=sft.copies,
+            cache=cache,
+            progress=progress,
+        )
+    except SandboxError as err:
+        raise SftError(f"cannot run sandboxes: {_first_line(err)}") from None
+    echo(
+        f"{stats.kept} demonstrations kept of {stats.episodes} ({stats.graded} graded by the "
+        f"verifier, {len(stats.dropped)} dropped), "
+        f"{stats.mean_tokens:.0f} tokens each, {stats.mean_reply_tokens:.0f} of them replies "
+        f"({time.monotonic() - start:.0f} s)"
+    )
+    for episode, reason in stats.dropped.items():
+        echo(f"  dropped {episode}: {reason}")
+    if not demos:
+        raise SftError("no demonstration passed its checks; nothing to train on")
+    about = {
+        "init": sft.init,
+        "hidden": model.config.hidden_size,
+        "layers": model.config.num_hidden_layers,
+        "threads": sft.threads,
+        "tasks": len(tasks),
+        "demos": {k: v for k, v in vars(stats).items() if k != "dropped"},
+    }
+    result = train_sft(model, demos, tokenizer, out, sft, about=about, progress=progress, echo=echo)
+    echo(
+        f"trained {result.steps} steps in {result.duration_s:.0f} s, final loss "
+        f"{result.final_loss:.4f}; wrote {out}"
+    )
+    return result

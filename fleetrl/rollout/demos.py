@@ -1,0 +1,264 @@
+"""Expert demonstrations: the scripted micro expert run by the rollout worker, kept, cached.
+
+    tasks ─▶ renamed copies (fresh names, `copies` per task)
+          ─▶ per plan: one Expert over that plan's tasks ─▶ Rollouts.run_one, like any policy
+                originals graded by the verifier, copies checked by the expert only
+          ─▶ kept iff the expert met no problem, the episode ended by `finish` without tool
+             errors and, where graded, the verifier gave reward 1; else dropped with why
+          ─▶ Demo: the harness's own token ids and loss mask (1 = the expert's replies)
+          ─▶ cached under a digest of everything they depend on
+
+Contract: a Demo's ids are exactly what the harness recorded, so a model trained on them
+sees at training time the prompt, tool-result and reply tokens it will see at RL time.
+Demos come in a fixed order (each task by every plan, then the copies task by task),
+whatever order the episodes finish in. Copies are not graded because grading costs ~10x
+an expert episode; the expert's own check (the example prints its expected value) stands
+in. Generating takes ~0.15 s per episode on two cores; `load_or_generate_demos` caches.
+
+Not covered: tasks the expert cannot read (not micro tasks): they raise ValueError.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import hashlib
+import json
+import os
+import random
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from rich.progress import Progress
+
+from fleetrl.config import HarnessSection, RolloutSection
+from fleetrl.envs import harness as harness_module
+from fleetrl.envs import micro, tools
+from fleetrl.envs.cache import cache_dir
+from fleetrl.envs.micro.expert import PLANS, Expert
+from fleetrl.envs.micro.names import RenamedCopy, renamed_copy
+from fleetrl.envs.workspace import ensure_repo
+from fleetrl.model import chat
+from fleetrl.model.tokenizer import Tokenizer
+from fleetrl.rollout.worker import Rollouts
+from fleetrl.types import Demo, Task, Trajectory
+
+COPY_SEED = "fleetrl-demos-1"  # seeds every copy's names; changing it changes every copy
+# What the expert's replies and the recorded tokens depend on besides tasks, tokenizer and
+# harness settings: a change to any of these files makes a new cache entry.
+_SOURCES = (
+    *sorted(Path(micro.__file__).parent.glob("*.py")),
+    Path(harness_module.__file__),
+    Path(tools.__file__),
+    Path(chat.__file__),
+    Path(__file__),
+)
+
+
+@dataclass
+class DemoStats:
+    """What generating a set of demonstrations gave."""
+
+    episodes: int  # episodes run: tasks x plans, plus tasks x copies
+    kept: int
+    graded: int = 0  # episodes also graded by the verifier (those of the original tasks)
+    dropped: dict[str, str] = field(default_factory=dict)  # "task_id/plan" -> reason
+    mean_tokens: float = 0.0  # per kept demo, whole sequence
+    mean_reply_tokens: float = 0.0  # per kept demo, loss_mask == 1
+    max_tokens: int = 0
+    duration_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class _Job:
+    """One expert episode to run."""
+
+    name: str  # "task_id/plan" or "task_id/copyK/plan", the key of DemoStats.dropped
+    task: Task
+    plan: str
+    graded: bool  # by the verifier (originals), or by the expert's own checks (copies)
+    copy: RenamedCopy | None = None  # its repository is written just before the episode
+
+
+def _verdict(job: _Job, trajectory: Trajectory, problems: list[str]) -> tuple[Demo | None, str]:
+    """The demo of a finished expert episode, or why it is not one."""
+    if problems:
+        return None, "; ".join(problems)
+    if trajectory.finish_reason != "finish" or trajectory.tool_errors:
+        return None, f"ended by {trajectory.finish_reason}, {trajectory.tool_errors} tool errors"
+    if job.graded and trajectory.reward != 1.0:
+        return None, f"verifier: reward {trajectory.reward:g}, flags {trajectory.flags}"
+    (segment,) = trajectory.segments
+    return Demo(job.task.instance_id, job.plan, segment.token_ids, segment.loss_mask), ""
+
+
+def _jobs(
+    tasks: list[Task], repos: list[Path], plans: list[str], copies: int, tmp: Path
+) -> list[_Job]:
+    """Every episode in demo order: each task by every plan, then `copies` renamed copies
+    per task (copy k of task i by plan i + k in turn), each seeded by its task and k."""
+    jobs = [_Job(f"{t.instance_id}/{p}", t, p, graded=True) for t in tasks for p in plans]
+    for i, (task, repo) in enumerate(zip(tasks, repos, strict=True)):
+        for k in range(copies):
+            plan = plans[(i + k) % len(plans)]
+            rng = random.Random(f"{COPY_SEED}-{task.instance_id}-{k}")
+            copy = renamed_copy(task, repo, rng, tmp / f"{i}-{k}")
+            name = f"{task.instance_id}/copy{k}/{plan}"
+            jobs.append(_Job(name, copy.task, plan, graded=False, copy=copy))
+    return jobs
+
+
+def _unique_statements(jobs: list[_Job]) -> tuple[list[_Job], dict[str, str]]:
+    """The jobs an expert can tell apart (one per problem statement), and why the others
+    are dropped: a renamed copy can draw the name and call of another task of its plan."""
+    first: dict[str, _Job] = {}
+    dropped = {}
+    for job in jobs:
+        other = first.setdefault(job.task.problem_statement, job)
+        if other is not job:
+            dropped[job.name] = f"same problem statement as {other.name}"
+    return list(first.values()), dropped
+
+
+async def _run_plan(
+    jobs: list[_Job],
+    expert: Expert,
+    rollouts: Rollouts,
+    gate: asyncio.Semaphore,
+    advance: Callable[[], None],
+) -> dict[str, tuple[Demo | None, str]]:
+    """The verdicts of one plan's jobs, all run by one expert."""
+
+    async def run(job: _Job) -> tuple[Demo | None, str]:
+        async with gate:
+            if job.copy is not None:
+                await asyncio.to_thread(job.copy.write)
+            try:
+                trajectory = await rollouts.run_one(job.task, grade=job.graded)
+            finally:
+                if job.copy is not None:
+                    await asyncio.to_thread(shutil.rmtree, job.task.repo)
+        advance()
+        return _verdict(job, trajectory, expert.problems[job.task.instance_id])
+
+    verdicts = await asyncio.gather(*(run(job) for job in jobs))
+    return {job.name: verdict for job, verdict in zip(jobs, verdicts, strict=True)}
+
+
+async def _demonstrate(
+    tasks: list[Task],
+    tokenizer: Tokenizer,
+    harness: HarnessSection,
+    rollout: RolloutSection,
+    plans: list[str],
+    copies: int,
+    concurrency: int,
+    progress: bool,
+) -> list[tuple[str, Demo | None, str]]:
+    """(job name, demo or None, reason) of every episode, in demo order."""
+    repos = await asyncio.gather(*(asyncio.to_thread(ensure_repo, task) for task in tasks))
+    outcomes: dict[str, tuple[Demo | None, str]] = {}
+    gate = asyncio.Semaphore(concurrency)  # jobs in flight: sandboxes, pytest runs, repos
+    with (
+        tempfile.TemporaryDirectory(prefix="fleetrl-demos-") as tmp,
+        Progress(disable=not progress, transient=True) as bar,
+    ):
+        jobs = await asyncio.to_thread(_jobs, tasks, list(repos), plans, copies, Path(tmp))
+        bar_task = bar.add_task("demonstrations", total=len(jobs))
+        # One expert per plan: a task's episodes by two plans open with the same prompt.
+        for plan in plans:
+            runnable, dropped = _unique_statements([job for job in jobs if job.plan == plan])
+            outcomes.update((name, (None, reason)) for name, reason in dropped.items())
+            expert = Expert([job.task for job in runnable], plan, tokenizer)
+            rollouts = Rollouts(expert, tokenizer, harness, rollout, concurrency, concurrency)
+            outcomes |= await _run_plan(
+                runnable, expert, rollouts, gate, lambda: bar.advance(bar_task)
+            )
+    return [(job.name, *outcomes[job.name]) for job in jobs]
+
+
+def generate_demos(
+    tasks: list[Task],
+    tokenizer: Tokenizer,
+    harness: HarnessSection,
+    rollout: RolloutSection,
+    plans: list[str] | None = None,
+    copies: int = 0,
+    concurrency: int = 4,
+    progress: bool = True,
+) -> tuple[list[Demo], DemoStats]:
+    """Demonstrations of `tasks`, in task order: one per task and plan (all plans by
+    default), graded by the verifier, then `copies` renamed copies per task (each by the
+    next plan in turn), checked by the expert. Sandboxes and grading follow `rollout`."""
+    plans = plans or list(PLANS)
+    start = time.monotonic()
+    outcomes = asyncio.run(
+        _demonstrate(tasks, tokenizer, harness, rollout, plans, copies, concurrency, progress)
+    )
+    demos = [demo for _, demo, _ in outcomes if demo is not None]
+    n = max(len(demos), 1)
+    stats = DemoStats(
+        episodes=len(outcomes),
+        kept=len(demos),
+        graded=len(tasks) * len(plans),
+        dropped={name: reason for name, demo, reason in outcomes if demo is None},
+        mean_tokens=sum(len(d.token_ids) for d in demos) / n,
+        mean_reply_tokens=sum(sum(d.loss_mask) for d in demos) / n,
+        max_tokens=max((len(d.token_ids) for d in demos), default=0),
+        duration_s=time.monotonic() - start,
+    )
+    return demos, stats
+
+
+def demos_key(
+    tasks: list[Task],
+    tokenizer: Tokenizer,
+    harness: HarnessSection,
+    plans: list[str],
+    copies: int,
+) -> str:
+    """A digest of everything a demonstration's tokens depend on: the expert's, suite's,
+    harness's, tools' and chat format's source files, the harness settings, the task
+    records (their repository paths aside), the tokenizer, plans and copies."""
+    digest = hashlib.sha256()
+    for path in _SOURCES:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    digest.update(harness.model_dump_json().encode())
+    for task in tasks:
+        digest.update(json.dumps({**asdict(task), "repo": ""}, sort_keys=True).encode())
+    digest.update(tokenizer.backend.to_str().encode())
+    digest.update(repr((plans, copies)).encode())
+    return digest.hexdigest()[:16]
+
+
+def load_or_generate_demos(
+    tasks: list[Task],
+    tokenizer: Tokenizer,
+    harness: HarnessSection,
+    rollout: RolloutSection,
+    plans: list[str] | None = None,
+    copies: int = 0,
+    cache: Path | None = None,
+    progress: bool = True,
+) -> tuple[list[Demo], DemoStats]:
+    """`generate_demos`, cached under `cache` (default: the fleetrl cache dir) by
+    `demos_key`, so reruns skip it and any change that could change a token misses."""
+    plans = plans or list(PLANS)
+    folder = cache or cache_dir() / "demos"
+    path = folder / f"demos-{demos_key(tasks, tokenizer, harness, plans, copies)}.json.gz"
+    if path.is_file():
+        data = json.loads(gzip.decompress(path.read_bytes()))
+        return [Demo(**d) for d in data["demos"]], DemoStats(**data["stats"])
+    demos, stats = generate_demos(
+        tasks, tokenizer, harness, rollout, plans, copies, progress=progress
+    )
+    folder.mkdir(parents=True, exist_ok=True)
+    data = {"demos": [asdict(d) for d in demos], "stats": asdict(stats)}
+    partial = path.with_suffix(f".tmp{os.getpid()}")
+    partial.write_bytes(gzip.compress(json.dumps(data).encode()))
+    partial.rename(path)  # readers never see half a file
+    return demos, stats
