@@ -1,10 +1,11 @@
 # Two commands on a fresh machine: `make demo` and `make test`. Both create .venv first.
+# `make test-fast` runs the unit tier only.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup lint format test demo bench clean
+.PHONY: setup lint format test test-fast demo bench clean
 
 # torch is pinned to the CPU build that lies on local disk (a bare `torch` would pull CUDA).
 $(STAMP): pyproject.toml scripts/setup-system.sh
@@ -25,8 +26,13 @@ format: setup
 	$(PY) -m ruff check --fix .
 	$(PY) -m ruff format .
 
+# Every tier, slow tests included (what CI runs).
 test: lint
 	$(PY) -m pytest -q
+
+# The quick loop: pure-code unit tier only, under a minute on 2 cores.
+test-fast: setup
+	$(PY) -m pytest -q -m "not slow" tests/unit
 
 demo: setup
 	bash scripts/demo.sh

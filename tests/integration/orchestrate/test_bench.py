@@ -5,7 +5,14 @@ import json
 import subprocess
 import sys
 
+import pytest
 
+
+# The longest test of the suite (four trainer and region processes). Without it, `-m "not
+# slow"` still runs those processes (`fleetrl train`, tests/integration/orchestrate/
+# test_local.py), the synchronous gate (tests/unit/rollout/test_admission.py) and the
+# trainer at max_staleness 0 (tests/integration/trainer/test_loop.py).
+@pytest.mark.slow
 def test_bench_pipeline_runs_sync_and_async(tiny_checkpoint):
     argv = [sys.executable, "-m", "fleetrl.cli", "bench", "pipeline", "--json", "--model"]
     argv += [str(tiny_checkpoint), "--steps", "2", "--groups-per-step", "2", "--group-size", "2"]
