@@ -10,7 +10,7 @@ Contract:
   `kind` names the producer ("train", "sync", "eval": see `fleetrl.observe.records`);
   `step` is the producer's x-axis (trainer step, or policy version for "sync"); `time` is
   seconds since the run started on a monotonic clock; `wall` is unix time. Values are
-  numbers, strings or lists of numbers (numpy and torch scalars/arrays are converted).
+  numbers, strings or lists of numbers or strings (numpy and torch scalars/arrays are converted).
 - Each record is written with one unbuffered `write` of a whole line, so a crash loses at
   most the line being written, and readers never see half of an earlier record.
 - Reopening an existing file appends: a partial last line left by a crash is cut off first,
@@ -40,7 +40,7 @@ from typing import Any
 
 from fleetrl.observe.records import Record
 
-Value = float | int | str | list[float]
+Value = float | int | str | list[float] | list[str]
 RESERVED = ("kind", "step", "time", "wall")
 _TAIL_BLOCK = 1 << 16  # bytes read backwards at a time when looking for the last line
 

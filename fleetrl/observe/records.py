@@ -61,6 +61,13 @@ class TrainRecord:
     trainer_idle_frac: float  # fraction of the step's wall time spent waiting for groups
     output_scale: float  # mean gain of the final norm (the logits' scale)
     tool_errors_mean: float  # tool errors per trajectory of the batch
+    # The ledger: with the last record of each step, every group read is in exactly one of
+    # these lists once (ids "region/seq" of the trajectory channel).
+    incarnation: int  # the trainer's start count (1 for the first process of the run)
+    group_ids: list[str]  # groups trained in this step
+    skipped_group_ids: list[str]  # groups of this step's batch without reward variance
+    dropped_group_ids: list[str]  # groups dropped since the previous step: too stale
+    pending_group_ids: list[str]  # groups read but not trained yet, after this step
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -4,8 +4,8 @@ Layout in the object store (one folder per version; keys relative to the store's
 
     weights/LATEST                              "42\n": the newest committed version
     weights/v00000042/manifest.json             this file's format (below)
-    weights/v00000042/delta-00000.bin           per-tensor delta payloads, concatenated
-    weights/v00000042/full-00000.safetensors    full snapshot (every K-th version), a plain
+    weights/v00000042/delta-TAG-00000.bin       per-tensor delta payloads, concatenated
+    weights/v00000042/full-TAG-00000.safetensors full snapshot (every K-th version), a plain
                                                 safetensors file any tool can read
     weights/followers/<name>.json               a follower's heartbeat (version it holds)
 
@@ -17,12 +17,12 @@ LATEST last, so a reader never sees a version whose bytes are not all there.
 manifest.json is JSON with one tensor per line:
 
     {"format": "fleetrl.weights/1", "version": 42, "base": 41, "full": false,
-     "created": 1764431000.5, "objects": {"delta-00000.bin": 81234},
+     "created": 1764431000.5, "objects": {"delta-3f9c2a1b-00000.bin": 81234},
      "tensors": {
       "model.embed_tokens.weight": {"dtype": "bfloat16", "shape": [1024, 256],
         "nbytes": 524288, "hash": "sha256:…",
         "delta": {"codec": "sparse", "changed": 5741,
-                  "blob": {"object": "delta-00000.bin", "offset": 0, "length": 6032}}},
+                  "blob": {"object": "delta-3f9c2a1b-00000.bin", "offset": 0, "length": 6032}}},
       "lm_head.weight": {…, "alias": "model.embed_tokens.weight"},
       …}}
 
@@ -88,7 +88,7 @@ def dtype_name(dtype: torch.dtype) -> str:
 class Blob:
     """Where one tensor's payload lies inside a version's data objects."""
 
-    object: str  # data object name inside the version folder, e.g. "delta-00000.bin"
+    object: str  # data object name inside the version folder, e.g. "delta-3f9c2a1b-00000.bin"
     offset: int  # first byte of the payload in that object
     length: int  # payload bytes
 

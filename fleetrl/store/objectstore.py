@@ -53,6 +53,12 @@ class ObjectStore(ABC):
         """Create or replace an object; readers see all of `data` or the old object."""
 
     @abstractmethod
+    def create(self, key: str, data: bytes) -> bool:
+        """Create an object only if `key` does not exist (a conditional write); False when
+        it does. Of several processes creating one key, exactly one gets True: the fence
+        behind run-wide claims such as a trainer's incarnation."""
+
+    @abstractmethod
     def exists(self, key: str) -> bool:
         """Whether the key exists now."""
 
@@ -107,6 +113,31 @@ class FsspecStore(ObjectStore):
             with open(temporary, "wb") as f:
                 f.write(data)
             os.replace(temporary, path)  # rename within a folder: atomic on POSIX
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(temporary)
+
+    def create(self, key: str, data: bytes) -> bool:
+        """See ObjectStore.create: S3's `If-None-Match: *`; locally a hard link of a
+        complete temporary file, which fails if the name exists."""
+        path = self._path(key)
+        if not self.local:
+            try:
+                self.fs.pipe_file(path, data, mode="create")
+                return True
+            except OSError:  # 412 Precondition Failed comes back as a plain OSError
+                if self.exists(key):
+                    return False
+                raise
+        self.fs.makedirs(os.path.dirname(path), exist_ok=True)
+        temporary = f"{path}.tmp-{uuid.uuid4().hex}"
+        try:
+            with open(temporary, "wb") as f:
+                f.write(data)
+            os.link(temporary, path)
+            return True
+        except FileExistsError:
+            return False
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.remove(temporary)
@@ -189,6 +220,15 @@ class ThrottledStore(ObjectStore):
         with self._lock:
             self.stats.requests += 1
             self.stats.bytes_up += len(data)
+
+    def create(self, key: str, data: bytes) -> bool:
+        """See ObjectStore.create."""
+        self._cross(len(data))
+        created = self.inner.create(key, data)
+        with self._lock:
+            self.stats.requests += 1
+            self.stats.bytes_up += len(data)
+        return created
 
     def exists(self, key: str) -> bool:
         """See ObjectStore.exists."""

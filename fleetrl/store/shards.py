@@ -52,10 +52,14 @@ class ShardReader:
 
 
 class DeltaWriter:
-    """Concatenates delta payloads into `delta-NNNNN.bin` shards and puts each when full."""
+    """Concatenates delta payloads into `delta-TAG-NNNNN.bin` shards and puts each when full.
 
-    def __init__(self, store: ObjectStore, manifest: Manifest, shard_bytes: int) -> None:
+    TAG is unique per publish, so two publishers racing for one version never write the
+    same object: only the manifest, created exclusively, decides which one counts."""
+
+    def __init__(self, store: ObjectStore, manifest: Manifest, shard_bytes: int, tag: str) -> None:
         self.store = store
+        self.tag = tag
         self.manifest = manifest  # receives each shard's size
         self.shard_bytes = shard_bytes
         self.parts: list[bytes] = []
@@ -63,7 +67,7 @@ class DeltaWriter:
         self.index = 0
 
     def _name(self) -> str:
-        return f"delta-{self.index:05d}.bin"
+        return f"delta-{self.tag}-{self.index:05d}.bin"
 
     def add(self, payload: bytes) -> Blob:
         """Queue one payload; returns where it will lie."""
@@ -86,10 +90,12 @@ class DeltaWriter:
 
 
 class SnapshotWriter:
-    """Writes tensors into `full-NNNNN.safetensors` shards; records each tensor's bytes."""
+    """Writes tensors into `full-TAG-NNNNN.safetensors` shards (TAG: see DeltaWriter);
+    records each tensor's bytes."""
 
-    def __init__(self, store: ObjectStore, manifest: Manifest, shard_bytes: int) -> None:
+    def __init__(self, store: ObjectStore, manifest: Manifest, shard_bytes: int, tag: str) -> None:
         self.store = store
+        self.tag = tag
         self.manifest = manifest  # receives each shard's size and each tensor's Blob
         self.shard_bytes = shard_bytes
         self.tensors: dict[str, torch.Tensor] = {}
@@ -107,7 +113,7 @@ class SnapshotWriter:
         """Put the shard being filled, if any."""
         if not self.tensors:
             return
-        name = f"full-{self.index:05d}.safetensors"
+        name = f"full-{self.tag}-{self.index:05d}.safetensors"
         data = safetensors.torch.save(self.tensors)
         # safetensors: u64 header length, JSON header with offsets relative to the data.
         (header_len,) = struct.unpack("<Q", data[:8])

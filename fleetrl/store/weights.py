@@ -14,7 +14,10 @@ format are in manifest.py.
                       ─▶ decode into the store's own buffers ─▶ verify every hash ─▶ return
 
 Contract:
-- Versions are immutable and increase; `publish` refuses a version <= latest().
+- Versions are immutable and increase; `publish` refuses a version <= latest(), and its
+  manifest is created exclusively (conditional write): of two publishers racing for one
+  version, one fails and neither's data objects are overwritten (they carry a tag per
+  publish). LATEST only moves forward.
 - `fetch` returns a version bit-exactly or raises WeightStoreError (MissingWeights,
   CorruptWeights); the caller's `have` tensors are never modified, and nothing
   half-decoded is ever returned.
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -158,6 +162,12 @@ class WeightStore:
         except ValueError as err:
             raise CorruptWeights(f"{self.url}/{LATEST_KEY}: not a version: {text[:40]!r}") from err
 
+    def highest(self) -> int | None:
+        """The highest version any publisher ever committed a manifest for (the newest may
+        lack LATEST if its publisher died between the two); a new publisher starts above."""
+        latest = self.latest()
+        return max([*self.versions(), *([] if latest is None else [latest])], default=None)
+
     def versions(self) -> list[int]:
         """Versions whose manifest exists, ascending (the newest may not be committed yet)."""
         keys = [k for k in self.store.list(PREFIX + "/") if k.endswith("/manifest.json")]
@@ -237,6 +247,11 @@ class WeightStore:
             raise WeightStoreError(
                 f"{self.url}: cannot publish version {version}: latest is {latest} "
                 "(versions are immutable; publish a newer one)"
+            )
+        if self.store.exists(manifest_key(version)):
+            raise WeightStoreError(
+                f"{self.url}: version {version} exists (a publish that died before LATEST, "
+                f"or another publisher); publish above {self.highest()}"
             )
         if self._previous is None and latest is not None:
             self._load_previous(latest)
@@ -354,8 +369,9 @@ class WeightStore:
             full=full,
             created=time.time(),
         )
-        deltas = DeltaWriter(self.store, manifest, self.options.shard_bytes)
-        snapshot = SnapshotWriter(self.store, manifest, self.options.shard_bytes)
+        tag = uuid.uuid4().hex[:8]
+        deltas = DeltaWriter(self.store, manifest, self.options.shard_bytes, tag)
+        snapshot = SnapshotWriter(self.store, manifest, self.options.shard_bytes, tag)
         buffers: dict[str, Buffer] = {}
         first_of: dict[tuple[str, str, tuple[int, ...]], str] = {}  # content → first name
         hash_s = encode_s = 0.0
@@ -393,8 +409,13 @@ class WeightStore:
         deltas.close()
         snapshot.close()
         body = manifest.to_json()
-        self.store.put(manifest_key(version), body)
-        self.store.put(LATEST_KEY, f"{version}\n".encode())
+        if not self.store.create(manifest_key(version), body):
+            raise WeightStoreError(
+                f"{self.url}: version {version} was published by another publisher meanwhile"
+            )
+        latest = self.latest()
+        if latest is None or version > latest:  # LATEST only moves forward
+            self.store.put(LATEST_KEY, f"{version}\n".encode())
         self._previous = (version, buffers)
         if full:
             self._last_full = version

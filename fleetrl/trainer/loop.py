@@ -26,11 +26,18 @@ from fleetrl.config import RunConfig, TrainerSection
 from fleetrl.model.checkpoint import load_pretrained, resolve_checkpoint, save_pretrained
 from fleetrl.model.tokenizer import Tokenizer
 from fleetrl.observe.metrics import MetricsLogger
-from fleetrl.store.control import Progress, signal_stop, store_url, write_progress
+from fleetrl.store.control import (
+    Progress,
+    check_fence,
+    claim_incarnation,
+    signal_stop,
+    store_url,
+    write_progress,
+)
 from fleetrl.store.objectstore import ObjectStore
 from fleetrl.store.trajectories import GroupRecord, TrajectoryChannel, decode_record, encode_record
 from fleetrl.store.weights import WeightStore, WeightStoreOptions
-from fleetrl.trainer.metrics import RunCounters, StepTiming, sync_record, train_record
+from fleetrl.trainer.metrics import RunCounters, StepTiming, ledger, sync_record, train_record
 from fleetrl.trainer.step import samples_from_groups, train_step
 
 
@@ -44,6 +51,7 @@ class TrainerState:
     trained_samples: int = 0
     dropped_samples: int = 0  # samples of groups dropped as too stale
     skipped_groups: int = 0  # groups without reward variance (no signal)
+    incarnation: int = 0  # this process's start count in the run (store.control)
 
 
 def staleness(record: GroupRecord, version: int) -> int:
@@ -110,22 +118,22 @@ def run_trainer(config: RunConfig, run_dir: Path, poll_s: float = 0.2) -> Traine
     state, pending = _resume(run_dir, model, optimizer)
     options = WeightStoreOptions(full_every=config.store.full_every)
     weights = WeightStore(store_url(config.store.url, run_dir), options)
-    if weights.latest() is None or weights.latest() < state.version:
-        weights.publish(state.version, model.state_dict())
+    state.incarnation = claim_incarnation(weights.store)
+    _publish_start(weights, model, state)
     channel = TrajectoryChannel(weights.store)
     logger = MetricsLogger(run_dir / "metrics.jsonl")
     step_start = time.monotonic()
     while state.step < tc.steps:
-        pending, wait_s = _gather(channel, weights.store, state, pending, tc, poll_s)
+        pending, dropped, wait_s = _gather(channel, weights.store, state, pending, tc, poll_s)
         batch, pending = pending[: tc.groups_per_step], pending[tc.groups_per_step :]
-        groups = [r.trajectories for r in batch]
-        samples, skipped = samples_from_groups(groups, tc.advantage)
+        samples, skipped = samples_from_groups([r.trajectories for r in batch], tc.advantage)
         metrics = train_step(model, optimizer, samples, tc, reference) if samples else {}
         # Staleness as trained: against the version these weights had before the step.
         ages = [staleness(r, state.version) for r in batch]
         state.step, state.version = state.step + 1, state.version + 1
-        state.skipped_groups += skipped
-        state.trained_samples += sum(len(g) for g in groups)
+        state.skipped_groups += len(skipped)
+        state.trained_samples += sum(len(r.trajectories) for r in batch)
+        check_fence(weights.store, state.incarnation)  # a newer trainer took over: stop
         publish_start = time.monotonic()
         published = weights.publish(state.version, model.state_dict())
         publish_s = time.monotonic() - publish_start
@@ -134,7 +142,9 @@ def run_trainer(config: RunConfig, run_dir: Path, poll_s: float = 0.2) -> Traine
         scale = float(model.model.norm.weight.detach().mean())
         timing = StepTiming(wait_s, publish_s, wall_s)
         counters = RunCounters(state.version, state.dropped_samples, state.skipped_groups)
-        logger.log_record(state.step, train_record(batch, ages, metrics, counters, timing, scale))
+        books = ledger(state.incarnation, batch, skipped, dropped, pending)
+        record = train_record(batch, ages, metrics, counters, timing, scale, books)
+        logger.log_record(state.step, record)
         logger.log_record(state.version, sync_record(published, batch))
         if state.step % tc.checkpoint_every == 0 or state.step == tc.steps:
             _checkpoint(run_dir, model, optimizer, state, pending)
@@ -145,6 +155,19 @@ def run_trainer(config: RunConfig, run_dir: Path, poll_s: float = 0.2) -> Traine
     return state
 
 
+def _publish_start(weights: WeightStore, model: torch.nn.Module, state: TrainerState) -> None:
+    """Make the store serve this trainer's weights. A version is a publication, not a step
+    count: a fresh run publishes its base as version 0; a trainer resumed from a checkpoint
+    older than the store's newest version (it died between checkpoints, or a zombie went
+    on) publishes above every version any incarnation reached, so versions only increase."""
+    highest = weights.highest()
+    if highest is None:
+        weights.publish(state.version, model.state_dict())
+    elif highest > state.version:
+        state.version = highest + 1
+        weights.publish(state.version, model.state_dict())
+
+
 def _gather(
     channel: TrajectoryChannel,
     store: ObjectStore,
@@ -152,22 +175,30 @@ def _gather(
     pending: list[GroupRecord],
     tc: TrainerSection,
     poll_s: float,
-) -> tuple[list[GroupRecord], float]:
-    """Read new groups until a batch is pending; too-stale ones are dropped and counted.
-    Returns the pending groups and the seconds waited."""
+) -> tuple[list[GroupRecord], list[GroupRecord], float]:
+    """Read groups until a batch of fresh ones is pending. Every pending group is checked
+    against the version about to be trained, not only when read: a group left over from an
+    earlier step (or a checkpoint) may have aged past max_staleness since. Too-stale groups
+    are dropped and counted. Returns the pending groups, the dropped ones, the seconds
+    waited."""
     start = time.monotonic()
-    pending = list(pending)
-    while len(pending) < tc.groups_per_step:
-        fresh = channel.read_new(state.cursor)
-        for record in fresh:
+    pending, dropped = list(pending), []
+    while True:
+        kept = []
+        for record in pending:
             if staleness(record, state.version) > tc.max_staleness:
+                dropped.append(record)
                 state.dropped_samples += len(record.trajectories)
             else:
-                pending.append(record)
+                kept.append(record)
+        pending = kept
+        if len(pending) >= tc.groups_per_step:
+            return pending, dropped, time.monotonic() - start
+        fresh = channel.read_new(state.cursor)
+        pending += fresh
         if not fresh:
             write_progress(store, _progress(state))
             time.sleep(poll_s)
-    return pending, time.monotonic() - start
 
 
 def _progress(state: TrainerState) -> Progress:

@@ -28,6 +28,39 @@ class RunCounters:
     skipped_groups: int  # groups without reward variance since the run began
 
 
+@dataclass
+class Ledger:
+    """Which groups one step accounted for, by id ("region/seq")."""
+
+    incarnation: int  # the trainer's start count
+    trained: list[str]  # batch groups with signal
+    skipped: list[str]  # batch groups without reward variance
+    dropped: list[str]  # dropped as too stale since the previous step
+    pending: list[str]  # read, not trained yet
+
+
+def group_id(record: GroupRecord) -> str:
+    """A group's id in the ledger: its place in the trajectory channel."""
+    return f"{record.region}/{record.seq}"
+
+
+def ledger(
+    incarnation: int,
+    batch: list[GroupRecord],
+    skipped: list[int],
+    dropped: list[GroupRecord],
+    pending: list[GroupRecord],
+) -> Ledger:
+    """The ledger of one step (`skipped`: indices into `batch`)."""
+    return Ledger(
+        incarnation,
+        trained=[group_id(r) for i, r in enumerate(batch) if i not in skipped],
+        skipped=[group_id(batch[i]) for i in skipped],
+        dropped=[group_id(r) for r in dropped],
+        pending=[group_id(r) for r in pending],
+    )
+
+
 def histogram(values: list[int]) -> list[int]:
     """Counts of 0, 1, 2, … in `values`."""
     counts = [0] * (max(values, default=0) + 1)
@@ -43,9 +76,11 @@ def train_record(
     counters: RunCounters,
     timing: StepTiming,
     output_scale: float,
+    books: Ledger,
 ) -> TrainRecord:
     """The "train" record of one step: `train_step`'s metrics (none when no group had
-    signal), the batch's rewards and staleness (`ages`: per group), the loop's timing."""
+    signal), the batch's rewards and staleness (`ages`: per group), the loop's timing and
+    the step's ledger."""
     trajectories = [t for record in batch for t in record.trajectories]
     rewards = [t.reward for t in trajectories]
     tokens = sum(sum(s.loss_mask) for t in trajectories for s in t.segments)
@@ -67,6 +102,11 @@ def train_record(
         trainer_idle_frac=timing.wait_s / timing.wall_s,
         output_scale=output_scale,
         tool_errors_mean=sum(t.tool_errors for t in trajectories) / len(rewards),
+        incarnation=books.incarnation,
+        group_ids=books.trained,
+        skipped_group_ids=books.skipped,
+        dropped_group_ids=books.dropped,
+        pending_group_ids=books.pending,
     )
 
 

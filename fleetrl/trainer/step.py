@@ -61,15 +61,16 @@ class SequenceBatch:
 
 def samples_from_groups(
     groups: list[list[Trajectory]], estimator: Estimator
-) -> tuple[list[TrainSample], int]:
-    """Advantages per group; returns the samples to train on and the groups skipped."""
+) -> tuple[list[TrainSample], list[int]]:
+    """Advantages per group; returns the samples to train on and the indices of the groups
+    skipped for lack of signal (no reward variance)."""
     samples: list[TrainSample] = []
-    skipped = 0
-    for group in groups:
+    skipped: list[int] = []
+    for index, group in enumerate(groups):
         rewards = torch.tensor([t.reward for t in group], dtype=torch.float32)
         advantages, informative = group_advantages(rewards, estimator)
         if not informative:
-            skipped += 1
+            skipped.append(index)
             continue
         for trajectory, advantage in zip(group, advantages.tolist(), strict=True):
             samples += [TrainSample(s, advantage) for s in trajectory.segments]

@@ -8,5 +8,6 @@ from tests.unit.store.test_weights import (  # noqa: F401  (collected here, on S
     test_interrupted_publish_keeps_the_previous_version,
     test_new_removed_and_reshaped_tensors,
     test_restarted_publisher_continues_the_delta_chain_and_full_schedule,
+    test_two_publishers_racing_for_one_version_one_wins_intact,
     test_versions_are_immutable,
 )

@@ -3,15 +3,18 @@ stale groups, and resumes bit-exactly from its checkpoint. Each run trains the s
 checkpoint into its own folder under tmp_path."""
 
 import json
+import threading
+import time
 
 import pytest
 import torch
 
 from fleetrl.config import load_config
 from fleetrl.model.checkpoint import load_pretrained
+from fleetrl.store.control import Fenced, claim_incarnation
 from fleetrl.store.trajectories import RegionReport, TrajectoryChannel
 from fleetrl.store.weights import WeightStore
-from fleetrl.trainer.loop import run_trainer
+from fleetrl.trainer.loop import TrainerState, run_trainer
 from fleetrl.types import Segment, Trajectory
 
 torch.set_num_threads(1)
@@ -93,3 +96,75 @@ def test_stale_groups_are_dropped_and_counted(tmp_path, config_for):
     assert state.dropped_samples == 4 and state.trained_samples == 8
     last = [json.loads(line) for line in (tmp_path / "stale" / "metrics.jsonl").open()][-2]
     assert last["kind"] == "train" and last["staleness_hist"] == [4]
+
+
+def train_records(run_dir) -> list[dict]:
+    lines = (run_dir / "metrics.jsonl").open()
+    return [r for r in map(json.loads, lines) if r["kind"] == "train"]
+
+
+def assert_exactly_once(records: list[dict], read: set[str]) -> None:
+    """The ledger contract: in the last record of each step no group appears twice, and
+    every group read is trained, skipped, dropped or still pending exactly once."""
+    last = {r["step"]: r for r in records}  # a later incarnation's record replaces
+    kinds = ("group_ids", "skipped_group_ids", "dropped_group_ids")
+    accounted = [g for step in sorted(last) for kind in kinds for g in last[step][kind]]
+    accounted += last[max(last)]["pending_group_ids"]
+    assert len(accounted) == len(set(accounted)), "a group was accounted for twice"
+    assert set(accounted) == read
+
+
+def test_a_trainer_resumed_behind_the_store_publishes_above_it(tmp_path, config_for):
+    # The trainer died after publishing version 3 but its last checkpoint is step 2: the
+    # resumed incarnation publishes the checkpoint's weights as version 4, never reusing 3.
+    run = tmp_path / "behind"
+    feed(tmp_path, "behind", range(8))
+    run_trainer(config_for("behind", 3), run)
+    (run / "checkpoints" / "LATEST").write_text("step_000002")
+    at_checkpoint = load_pretrained(run / "checkpoints" / "step_000002").state_dict()
+    state = run_trainer(config_for("behind", 4), run)
+    weights = WeightStore(str(run / "store"))
+    assert weights.versions() == [0, 1, 2, 3, 4, 5, 6] and state.version == 6
+    assert all(torch.equal(weights.fetch(4).tensors[k], v) for k, v in at_checkpoint.items())
+    records = train_records(run)
+    assert [(r["step"], r["incarnation"], r["version"]) for r in records] == [
+        (1, 1, 1), (2, 1, 2), (3, 1, 3), (3, 2, 5), (4, 2, 6)
+    ]  # fmt: skip
+    assert_exactly_once(records, {f"r/{seq}" for seq in range(8)})
+
+
+def test_a_pending_group_is_rechecked_for_staleness_when_trained(tmp_path, config_for):
+    # Three groups at version 0, two per step: the third waits, and by the next step (which
+    # trains version 1, bound 0) it is too stale: dropped, not trained.
+    feed(tmp_path, "aged", range(3), version=0)
+    run_trainer(config_for("aged", 1, max_staleness=0), tmp_path / "aged")
+    feed(tmp_path, "aged", range(3, 5), version=1)
+    run_trainer(config_for("aged", 2, max_staleness=0), tmp_path / "aged")
+    first, second = train_records(tmp_path / "aged")
+    assert first["pending_group_ids"] == ["r/2"]
+    assert second["dropped_group_ids"] == ["r/2"] and second["group_ids"] == ["r/3", "r/4"]
+    assert second["staleness_hist"] == [4]
+    assert_exactly_once([first, second], {f"r/{seq}" for seq in range(5)})
+
+
+def test_a_zombie_trainer_is_fenced_before_it_publishes(tmp_path, config_for):
+    run = tmp_path / "zombie"
+    config = config_for("zombie", 2)
+    outcome: list[BaseException | TrainerState] = []
+
+    def zombie() -> None:
+        try:
+            outcome.append(run_trainer(config, run, poll_s=0.05))
+        except BaseException as err:
+            outcome.append(err)
+
+    thread = threading.Thread(target=zombie)
+    thread.start()
+    weights = WeightStore(str(run / "store"))
+    while weights.latest() is None:  # the zombie published version 0 and waits for groups
+        time.sleep(0.05)
+    assert claim_incarnation(weights.store) == 2  # a successor starts
+    feed(tmp_path, "zombie", range(2))
+    thread.join(timeout=120)
+    assert isinstance(outcome[0], Fenced)
+    assert weights.latest() == 0  # the zombie published nothing after the successor came

@@ -140,6 +140,11 @@ def test_log_record_writes_what_a_dict_log_writes(tmp_path):
         "trainer_idle_frac": 0.2,
         "output_scale": 1.5,
         "tool_errors_mean": 0.75,
+        "incarnation": 2,
+        "group_ids": ["region-0/4", "region-1/2"],
+        "skipped_group_ids": ["region-0/3"],
+        "dropped_group_ids": [],
+        "pending_group_ids": ["region-1/3"],
     }
     step = {"mismatch_kl_k3": 1e-3, "clip_frac": 0.01, "loss": -0.1, "step_s": 2.0}
     sync = {"sync_bytes": 1000, "sync_full_bytes": 50_000, "changed_frac": 0.3}

@@ -44,6 +44,11 @@ LOOP_KEYS = [
     "trainer_idle_frac",
     "output_scale",
     "tool_errors_mean",
+    "incarnation",
+    "group_ids",
+    "skipped_group_ids",
+    "dropped_group_ids",
+    "pending_group_ids",
 ]
 SYNC_KEYS = ["sync_bytes", "sync_full_bytes", "changed_frac", "sync_pause_ms", "sync_fetch_ms"]
 EVAL_KEYS = [

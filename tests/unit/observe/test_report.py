@@ -49,6 +49,11 @@ def make_run(run_dir, steps=200, seed=0):
                 trainer_idle_frac=0.2 + 0.1 * rng.random(),
                 output_scale=1.3 + 0.4 * progress,
                 tool_errors_mean=0.1,
+                incarnation=1,
+                group_ids=[f"region-0/{step}"],
+                skipped_group_ids=[],
+                dropped_group_ids=[],
+                pending_group_ids=[],
             )
             logger.log_record(step, record)
             full = 50_000_000

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -74,3 +75,16 @@ def test_throttled_store_counts_and_delays(location):
     assert link.stats.bytes_down == 200_000
     assert link.stats.reads["a"] == 2
     assert link.stats.requests == 3
+
+
+def test_create_is_a_conditional_write_one_of_many_creators_wins(location):
+    store = location.open()
+    assert store.create("control/claims/00001", b"first")
+    assert not store.create("control/claims/00001", b"second")
+    assert store.get("control/claims/00001") == b"first"
+    # Many threads racing for one key: exactly one wins, and its bytes are what is stored.
+    with ThreadPoolExecutor(8) as pool:
+        won = list(pool.map(lambda i: store.create("race", str(i).encode()), range(16)))
+    assert won.count(True) == 1
+    assert store.get("race") == str(won.index(True)).encode()
+    assert store.list("control/") == ["control/claims/00001"]  # no temporary left behind

@@ -5,6 +5,9 @@ need."""
 from __future__ import annotations
 
 import json
+import re
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
@@ -85,6 +88,11 @@ class FailingStore(ObjectStore):
             raise OSError(f"simulated crash writing {key}")
         self.inner.put(key, data)
 
+    def create(self, key: str, data: bytes) -> bool:
+        if self.fail_when in key:
+            raise OSError(f"simulated crash writing {key}")
+        return self.inner.create(key, data)
+
     def exists(self, key: str) -> bool:
         return self.inner.exists(key)
 
@@ -154,7 +162,7 @@ def test_corrupt_or_missing_objects_are_clear_errors_with_nothing_applied(locati
     states = publish_steps(ws, 3)
     store = ws.store
     held = clone(states[1])
-    delta_key = version_prefix(2) + "delta-00000.bin"
+    (delta_key,) = [k for k in store.list(version_prefix(2)) if "/delta-" in k]
     good = store.get(delta_key)
     for offset in (0, len(good) // 2, len(good) - 1):
         bad = bytearray(good)
@@ -168,10 +176,10 @@ def test_corrupt_or_missing_objects_are_clear_errors_with_nothing_applied(locati
     with pytest.raises(CorruptWeights, match="bytes"):
         WeightStore(location.open()).fetch(2)
     store.delete([delta_key])
-    with pytest.raises(MissingWeights, match=r"delta-00000\.bin"):
+    with pytest.raises(MissingWeights, match=re.escape(delta_key.rsplit("/", 1)[1])):
         WeightStore(location.open()).fetch(2)
     store.put(delta_key, good)
-    full_key = version_prefix(0) + "full-00000.safetensors"
+    (full_key,) = [k for k in store.list(version_prefix(0)) if "/full-" in k]
     snapshot = bytearray(store.get(full_key))
     snapshot[-1] ^= 1
     store.put(full_key, bytes(snapshot))
@@ -199,12 +207,19 @@ def test_interrupted_publish_keeps_the_previous_version(location, dies_at):
         crashing.publish(2, policy.served())
     assert ws.latest() == 1
     assert same(WeightStore(store).fetch().tensors, states[1])
-    # The restarted publisher writes version 2 over the leftovers, as a delta.
+    # The restarted publisher goes above the highest version any publisher reached (a
+    # manifest without LATEST is one) and writes a delta against the committed one.
     restarted = WeightStore(store)
+    assert restarted.highest() == (2 if dies_at == "LATEST" else 1)
+    if dies_at == "LATEST":
+        with pytest.raises(WeightStoreError, match="version 2 exists"):
+            restarted.publish(2, policy.served())
+    version = restarted.highest() + 1
     third = clone(policy.served())
-    result = restarted.publish(2, third)
+    result = restarted.publish(version, third)
     assert result.base == 1 and not result.full
-    assert same(WeightStore(store).fetch(2).tensors, third)
+    assert same(WeightStore(store).fetch(version).tensors, third)
+    assert restarted.latest() == version
 
 
 def test_versions_are_immutable(location):
@@ -253,3 +268,30 @@ def test_gc_keeps_the_last_versions_and_what_followers_need(location):
     assert not store.list(version_prefix(12))
     assert store.get(LATEST_KEY) == b"13\n"
     assert json.loads(store.get("weights/followers/engine-a.json"))["version"] == 5
+
+
+def test_two_publishers_racing_for_one_version_one_wins_intact(location):
+    # A zombie trainer and its successor publishing the same version at once: exactly one
+    # manifest is created, and the winner's bytes are not overwritten by the loser's.
+    store = location.open()
+    publish_steps(WeightStore(store), 1)
+    first, second = Policy(seed=1), Policy(seed=2)
+    states = [first.served(), second.served()]
+    barrier = threading.Barrier(2)
+
+    def publish(state):
+        publisher = WeightStore(location.open())
+        publisher.latest()
+        barrier.wait()
+        try:
+            publisher.publish(1, state)
+            return True
+        except WeightStoreError:
+            return False
+
+    with ThreadPoolExecutor(2) as pool:
+        won = list(pool.map(publish, states))
+    assert sorted(won) == [False, True]
+    winner = states[won.index(True)]
+    assert same(WeightStore(store).fetch(1).tensors, winner)
+    assert WeightStore(store).latest() == 1
