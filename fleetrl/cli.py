@@ -28,7 +28,9 @@ model_app = typer.Typer(help="Create and inspect policy checkpoints.", no_args_i
 bench_app = typer.Typer(help="Measure fleetrl's parts (results as a table or --json).")
 app.add_typer(model_app, name="model")
 app.add_typer(bench_app, name="bench")
+run_app = typer.Typer(help="Runs that live in an object store.", no_args_is_help=True)
 app.add_typer(tasks_app, name="tasks")
+app.add_typer(run_app, name="run")
 
 
 def fail(message: str) -> typer.Exit:
@@ -438,6 +440,85 @@ def sft(
         run_sft(config, out, echo=typer.echo)
     except SftError as err:
         raise fail(str(err)) from None
+
+
+StoreOption = Annotated[
+    str,
+    typer.Option(
+        "--store",
+        help="The run's object store: a folder or s3://bucket/prefix (credentials and "
+        "endpoint from the AWS_* variables).",
+    ),
+]
+WorkdirOption = Annotated[
+    Path | None,
+    typer.Option(help="Local work folder (default: runs/NAME, or runs/NAME/regions/REGION)."),
+]
+
+
+@run_app.command("create")
+def run_create(
+    config_file: Annotated[
+        Path | None, typer.Argument(help="TOML run configuration (default: built-in).")
+    ] = None,
+    store: StoreOption = "",
+    set_: SetOption = None,
+) -> None:
+    """Write a run into a store: config, base checkpoint, tasks, base weights as version 0.
+
+    Then `fleetrl trainer --store URL` and `fleetrl region --store URL --name NAME`, on
+    any machines that reach the store, run it."""
+    if not store:
+        raise fail("--store is required (a folder or s3://bucket/prefix)")
+    config = run_config(config_file, set_, {})
+    from fleetrl.model.checkpoint import resolve_checkpoint
+    from fleetrl.orchestrate.run import RunExists, create_run
+
+    if not (resolve_checkpoint(config.model.path) / "config.json").is_file():
+        raise fail(f"model.path {config.model.path!r} is not a checkpoint directory")
+    try:
+        create_run(config, store)
+    except (RunExists, OSError) as err:
+        raise fail(str(err)) from None
+    typer.echo(f"created run {config.name!r} in {store}")
+
+
+@app.command("trainer")
+def trainer_command(store: StoreOption = "", workdir: WorkdirOption = None) -> None:
+    """The trainer of a run in a store; exits 0 when the run's steps are done.
+
+    Exit code 3: a newer trainer of the same run has started (this one was fenced off)."""
+    if not store:
+        raise fail("--store is required")
+    from fleetrl.orchestrate.roles import trainer_role
+    from fleetrl.store.run import RunNotFound
+
+    try:
+        code = trainer_role(store, workdir)
+    except RunNotFound as err:
+        raise fail(str(err)) from None
+    raise typer.Exit(code)
+
+
+@app.command("region")
+def region_command(
+    store: StoreOption = "",
+    name: Annotated[str, typer.Option(help="Region name, unique in the run.")] = "",
+    workdir: WorkdirOption = None,
+) -> None:
+    """A rollout region of a run in a store: exits 0 after the trainer's stop signal."""
+    if not store or not name:
+        raise fail("--store and --name are required")
+    if not name.replace("-", "").replace("_", "").isalnum():
+        raise fail(f"--name {name!r}: use letters, digits, '-' and '_'")
+    from fleetrl.orchestrate.roles import region_role
+    from fleetrl.store.run import RunNotFound
+
+    try:
+        code = region_role(store, name, workdir)
+    except RunNotFound as err:
+        raise fail(str(err)) from None
+    raise typer.Exit(code)
 
 
 @app.command("eval")

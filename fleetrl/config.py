@@ -259,14 +259,19 @@ def _describe(err: ValidationError) -> str:
 
 def load_config(path: Path | None = None, overrides: dict[str, Any] | None = None) -> RunConfig:
     """The run config of a TOML file (or the defaults), with nested `overrides` applied."""
-    data: dict[str, Any] = {}
-    if path is not None:
-        if not path.is_file():
-            raise ConfigError(f"config file {path} does not exist")
-        try:
-            data = tomllib.loads(path.read_text())
-        except tomllib.TOMLDecodeError as err:
-            raise ConfigError(f"{path}: invalid TOML: {err}") from None
+    if path is None:
+        return parse_config("", "defaults", overrides)
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist")
+    return parse_config(path.read_text(), str(path), overrides)
+
+
+def parse_config(text: str, where: str, overrides: dict[str, Any] | None = None) -> RunConfig:
+    """The run config of TOML `text` (read from `where`, for messages), with `overrides`."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"{where}: invalid TOML: {err}") from None
     _merge(data, overrides or {})
     try:
         return RunConfig.model_validate(data)

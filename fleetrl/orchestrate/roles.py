@@ -1,7 +1,13 @@
-"""Process entry points: `python -m fleetrl.orchestrate.roles trainer|region RUN_DIR [NAME]`.
+"""The two roles of a run, each a process that needs nothing but the store's URL:
 
-Each role reads the resolved config from RUN_DIR/config.toml, so a process can be started
-(or restarted) by hand, on this machine or another one that reaches the same store.
+    fleetrl trainer --store URL [--workdir DIR]
+    fleetrl region --store URL --name NAME [--workdir DIR]
+
+Each opens the run (`orchestrate.run.open_run`): the config, the base checkpoint and the
+task folder are copied from the store into the process's own work folder (default
+runs/NAME for the trainer, runs/NAME/regions/REGION for a region). The trainer exits 0 when
+the run's steps are done and FENCED_EXIT when a newer trainer has taken over; a region
+exits 0 after the trainer's stop signal. `fleetrl train` starts them the same way.
 """
 
 from __future__ import annotations
@@ -9,24 +15,40 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from fleetrl.config import load_config
+from fleetrl.config import parse_config
+from fleetrl.orchestrate.run import open_run
+from fleetrl.store.control import Fenced
+from fleetrl.store.objectstore import open_store
+from fleetrl.store.run import read_config_text
+
+FENCED_EXIT = 3  # not a crash: another incarnation runs the trainer now; do not restart
 
 
-def main(argv: list[str]) -> None:
-    """Run one role until it is done (trainer) or told to stop (region)."""
-    if len(argv) < 2 or argv[0] not in ("trainer", "region"):
-        sys.exit("usage: python -m fleetrl.orchestrate.roles trainer|region RUN_DIR [NAME]")
-    role, run_dir = argv[0], Path(argv[1])
-    config = load_config(run_dir / "config.toml")
-    if role == "trainer":
-        from fleetrl.trainer.loop import run_trainer
-
-        run_trainer(config, run_dir)
-    else:
-        from fleetrl.rollout.region import run_region
-
-        run_region(config, run_dir, argv[2] if len(argv) > 2 else "region-0")
+def default_workdir(url: str, region: str | None = None) -> Path:
+    """runs/NAME (the trainer) or runs/NAME/regions/REGION, NAME being the run's name."""
+    name = parse_config(read_config_text(open_store(url)), url).name
+    folder = Path("runs") / name
+    return folder / "regions" / region if region else folder
 
 
-if __name__ == "__main__":
-    main(sys.argv[1:])
+def trainer_role(url: str, workdir: Path | None = None) -> int:
+    """Run the trainer of the run at `url` until its steps are done; the exit code."""
+    from fleetrl.trainer.loop import run_trainer
+
+    workdir = workdir or default_workdir(url)
+    config = open_run(url, workdir)
+    try:
+        run_trainer(config, workdir)
+    except Fenced as err:
+        print(f"fleetrl trainer: {err}; exiting", file=sys.stderr)
+        return FENCED_EXIT
+    return 0
+
+
+def region_role(url: str, name: str, workdir: Path | None = None) -> int:
+    """Run region `name` of the run at `url` until the trainer says stop; the exit code."""
+    from fleetrl.rollout.region import run_region
+
+    workdir = workdir or default_workdir(url, name)
+    run_region(open_run(url, workdir), workdir, name)
+    return 0

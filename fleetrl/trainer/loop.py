@@ -7,10 +7,10 @@
 
 It shares nothing with the regions but the object store: weights/ (versions), trajectories/
 (groups), control/ (its progress and the stop signal, `fleetrl.store.control`). A
-checkpoint holds the model, the optimizer, the RNG states, the step, the version, the
-channel cursor and the groups read but not yet trained, so a restarted trainer resumes
-exactly: no group lost, none trained twice. The model trains in float32; versions are
-published in `publish_dtype`.
+checkpoint (in the store: `trainer.checkpoints`) holds the model, the optimizer, the RNG
+states, the step, the version, the channel cursor and the groups read but not yet trained,
+so a restarted trainer, on this machine or another, resumes exactly: no group lost, none
+trained twice in the lineage that survives. The model trains and publishes in float32.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from fleetrl.store.control import (
 from fleetrl.store.objectstore import ObjectStore
 from fleetrl.store.trajectories import GroupRecord, TrajectoryChannel, decode_record, encode_record
 from fleetrl.store.weights import WeightStore, WeightStoreOptions
+from fleetrl.trainer.checkpoints import load_checkpoint, save_checkpoint
 from fleetrl.trainer.metrics import RunCounters, StepTiming, ledger, sync_record, train_record
 from fleetrl.trainer.step import samples_from_groups, train_step
 
@@ -76,34 +77,6 @@ def make_optimizer(
     return torch.optim.AdamW(groups, lr=lr, weight_decay=weight_decay)
 
 
-def _checkpoint(run_dir: Path, model, optimizer, state: TrainerState, pending) -> None:
-    path = run_dir / "checkpoints" / f"step_{state.step:06d}"
-    save_pretrained(model, path)
-    torch.save(
-        {
-            "optimizer": optimizer.state_dict(),
-            "state": asdict(state),
-            "pending": [encode_record(r) for r in pending],
-            "rng": {"torch": torch.get_rng_state(), "python": random.getstate()},
-        },
-        path / "trainer_state.pt",
-    )
-    (run_dir / "checkpoints" / "LATEST").write_text(path.name)
-
-
-def _resume(run_dir: Path, model, optimizer) -> tuple[TrainerState, list[GroupRecord]]:
-    latest = run_dir / "checkpoints" / "LATEST"
-    if not latest.is_file():
-        return TrainerState(), []
-    path = run_dir / "checkpoints" / latest.read_text().strip()
-    model.load_state_dict(load_pretrained(path).state_dict())
-    saved = torch.load(path / "trainer_state.pt", weights_only=False)
-    optimizer.load_state_dict(saved["optimizer"])
-    torch.set_rng_state(saved["rng"]["torch"])
-    random.setstate(saved["rng"]["python"])
-    return TrainerState(**saved["state"]), [decode_record(r) for r in saved["pending"]]
-
-
 def run_trainer(config: RunConfig, run_dir: Path, poll_s: float = 0.2) -> TrainerState:
     """Train for `config.trainer.steps` steps, publishing every version; returns the state."""
     tc = config.trainer
@@ -115,9 +88,9 @@ def run_trainer(config: RunConfig, run_dir: Path, poll_s: float = 0.2) -> Traine
     optimizer = make_optimizer(model, tc.lr, tc.output_norm_lr, tc.weight_decay)
     # The KL reference is the starting model, frozen (kept only when the loss needs it).
     reference = load_pretrained(base, dtype=torch.float32) if tc.kl_coef > 0 else None
-    state, pending = _resume(run_dir, model, optimizer)
     options = WeightStoreOptions(full_every=config.store.full_every)
     weights = WeightStore(store_url(config.store.url, run_dir), options)
+    state, pending = _resume(weights.store, model, optimizer)
     state.incarnation = claim_incarnation(weights.store)
     _publish_start(weights, model, state)
     channel = TrajectoryChannel(weights.store)
@@ -147,12 +120,24 @@ def run_trainer(config: RunConfig, run_dir: Path, poll_s: float = 0.2) -> Traine
         logger.log_record(state.step, record)
         logger.log_record(state.version, sync_record(published, batch))
         if state.step % tc.checkpoint_every == 0 or state.step == tc.steps:
-            _checkpoint(run_dir, model, optimizer, state, pending)
+            saved = [encode_record(r) for r in pending]
+            save_checkpoint(weights.store, state.step, model, optimizer, asdict(state), saved)
     save_pretrained(model, run_dir / "final")
     Tokenizer.from_pretrained(base).save(run_dir / "final")
     signal_stop(weights.store)
     logger.close()
     return state
+
+
+def _resume(
+    store: ObjectStore, model: torch.nn.Module, optimizer: torch.optim.Optimizer
+) -> tuple[TrainerState, list[GroupRecord]]:
+    """The state and pending groups of the run's last checkpoint (fresh ones without)."""
+    restored = load_checkpoint(store, model, optimizer)
+    if restored is None:
+        return TrainerState(), []
+    state, pending = restored
+    return TrainerState(**state), [decode_record(r) for r in pending]
 
 
 def _publish_start(weights: WeightStore, model: torch.nn.Module, state: TrainerState) -> None:

@@ -7,6 +7,8 @@ import json
 
 import pytest
 
+from tests.env.store.conftest import s3_server  # noqa: F401  (SeaweedFS, once per session)
+
 # The flags and the tiny model of the one weight-sync benchmark run that the benchmark's
 # checks and the CLI's checks share.
 WEIGHTS_BENCH_ARGS = ["--steps", "2", "--lrs", "1e-6,1e-5", "--synthetic-params", "300000"]

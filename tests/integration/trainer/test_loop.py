@@ -120,10 +120,10 @@ def test_a_trainer_resumed_behind_the_store_publishes_above_it(tmp_path, config_
     run = tmp_path / "behind"
     feed(tmp_path, "behind", range(8))
     run_trainer(config_for("behind", 3), run)
-    (run / "checkpoints" / "LATEST").write_text("step_000002")
-    at_checkpoint = load_pretrained(run / "checkpoints" / "step_000002").state_dict()
-    state = run_trainer(config_for("behind", 4), run)
     weights = WeightStore(str(run / "store"))
+    weights.store.put("checkpoints/LATEST", b"step_000002")  # as if step 3's never landed
+    at_checkpoint = WeightStore(str(run / "store")).fetch(2).tensors
+    state = run_trainer(config_for("behind", 4), run)
     assert weights.versions() == [0, 1, 2, 3, 4, 5, 6] and state.version == 6
     assert all(torch.equal(weights.fetch(4).tensors[k], v) for k, v in at_checkpoint.items())
     records = train_records(run)

@@ -1,0 +1,65 @@
+"""A run that lives in its object store: created once, joined by any process from its URL.
+
+    fleetrl run create CONFIG --store URL ─▶ run/config.toml, run/base/, run/tasks.tar,
+                                             weights/v00000000 (the base weights)
+    fleetrl trainer --store URL           ─▶ open_run: config + base checkpoint + tasks,
+    fleetrl region --store URL --name N      materialised in the process's own work folder
+
+The processes share nothing but the store: no run folder, no local checkpoint, no shared
+disk. S3 credentials and endpoint come from the usual AWS_* variables.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from fleetrl.config import RunConfig, dump_config, parse_config, with_overrides
+from fleetrl.model.checkpoint import load_pretrained, resolve_checkpoint
+from fleetrl.store.objectstore import open_store
+from fleetrl.store.run import (
+    BASE_PREFIX,
+    CONFIG_KEY,
+    TASKS_KEY,
+    download_folder,
+    pack_folder,
+    read_config_text,
+    unpack_folder,
+    upload_folder,
+)
+from fleetrl.store.weights import WeightStore, WeightStoreOptions
+
+
+class RunExists(ValueError):
+    """The store already holds a run."""
+
+
+def create_run(config: RunConfig, url: str) -> None:
+    """Write everything a run needs into the store at `url`: the base checkpoint, the task
+    folder (if any), the base weights as version 0, then the resolved config (last: the run
+    exists once it is there). Refuses a store that already holds a run."""
+    store = open_store(url)
+    if store.exists(CONFIG_KEY):
+        raise RunExists(f"{url} already holds a run ({CONFIG_KEY})")
+    base = resolve_checkpoint(config.model.path)
+    upload_folder(store, base, BASE_PREFIX)
+    if config.tasks.tasks_dir:
+        store.put(TASKS_KEY, pack_folder(Path(config.tasks.tasks_dir)))
+    weights = WeightStore(store, WeightStoreOptions(full_every=config.store.full_every))
+    if weights.highest() is None:
+        weights.publish(0, load_pretrained(base, dtype=torch.float32).state_dict())
+    store.put(CONFIG_KEY, dump_config(with_overrides(config, {"store": {"url": url}})).encode())
+
+
+def open_run(url: str, workdir: Path) -> RunConfig:
+    """The run's configuration, its base checkpoint and task folder copied under `workdir`
+    (the returned config points at those copies, and at the store by `url`)."""
+    store = open_store(url)
+    config = parse_config(read_config_text(store), f"{url}/{CONFIG_KEY}")
+    overrides: dict = {"store": {"url": url}}
+    overrides["model"] = {"path": str(download_folder(store, BASE_PREFIX, workdir / "base"))}
+    if store.exists(TASKS_KEY):
+        tasks = unpack_folder(store.get(TASKS_KEY), workdir / "tasks")
+        overrides["tasks"] = {"tasks_dir": str(tasks)}
+    return with_overrides(config, overrides)
