@@ -34,6 +34,9 @@ def test_cli_surface_is_frozen():
         "eval",
         "train",
         "sft",
+        "run",
+        "trainer",
+        "region",
     }
     result = runner.invoke(app, ["model", "--help"])
     assert result.exit_code == 0 and "init" in result.output
