@@ -22,10 +22,11 @@ from pathlib import Path
 
 import torch
 
-from fleetrl.config import RunConfig, TrainerSection
+from fleetrl.config import RunConfig
 from fleetrl.model.checkpoint import load_pretrained, resolve_checkpoint, save_pretrained
 from fleetrl.model.tokenizer import Tokenizer
 from fleetrl.observe.metrics import MetricsLogger
+from fleetrl.store.admission import fleet_budget, hand_out
 from fleetrl.store.control import (
     Progress,
     check_fence,
@@ -97,7 +98,7 @@ def run_trainer(config: RunConfig, run_dir: Path, poll_s: float = 0.2) -> Traine
     logger = MetricsLogger(run_dir / "metrics.jsonl")
     step_start = time.monotonic()
     while state.step < tc.steps:
-        pending, dropped, wait_s = _gather(channel, weights.store, state, pending, tc, poll_s)
+        pending, dropped, wait_s = _gather(channel, weights.store, state, pending, config, poll_s)
         batch, pending = pending[: tc.groups_per_step], pending[tc.groups_per_step :]
         samples, skipped = samples_from_groups([r.trajectories for r in batch], tc.advantage)
         metrics = train_step(model, optimizer, samples, tc, reference) if samples else {}
@@ -110,7 +111,7 @@ def run_trainer(config: RunConfig, run_dir: Path, poll_s: float = 0.2) -> Traine
         publish_start = time.monotonic()
         published = weights.publish(state.version, model.state_dict())
         publish_s = time.monotonic() - publish_start
-        write_progress(weights.store, _progress(state))
+        _report_progress(weights.store, state, config)
         wall_s, step_start = time.monotonic() - step_start, time.monotonic()
         scale = float(model.model.norm.weight.detach().mean())
         timing = StepTiming(wait_s, publish_s, wall_s)
@@ -158,7 +159,7 @@ def _gather(
     store: ObjectStore,
     state: TrainerState,
     pending: list[GroupRecord],
-    tc: TrainerSection,
+    config: RunConfig,
     poll_s: float,
 ) -> tuple[list[GroupRecord], list[GroupRecord], float]:
     """Read groups until a batch of fresh ones is pending. Every pending group is checked
@@ -166,6 +167,7 @@ def _gather(
     earlier step (or a checkpoint) may have aged past max_staleness since. Too-stale groups
     are dropped and counted. Returns the pending groups, the dropped ones, the seconds
     waited."""
+    tc = config.trainer
     start = time.monotonic()
     pending, dropped = list(pending), []
     while True:
@@ -182,9 +184,18 @@ def _gather(
         fresh = channel.read_new(state.cursor)
         pending += fresh
         if not fresh:
-            write_progress(store, _progress(state))
+            _report_progress(store, state, config)
             time.sleep(poll_s)
 
 
-def _progress(state: TrainerState) -> Progress:
-    return Progress(state.version, state.trained_samples, state.dropped_samples)
+def _report_progress(store: ObjectStore, state: TrainerState, config: RunConfig) -> None:
+    """Tell the regions where training stands and hand out the fleet's admission budget
+    (`fleetrl.store.admission`)."""
+    write_progress(store, Progress(state.version, state.trained_samples, state.dropped_samples))
+    tc, group_size = config.trainer, config.rollout.group_size
+    batch = tc.groups_per_step * group_size
+    hand_out(
+        store,
+        fleet_budget(state.version, tc.max_staleness, batch, state.dropped_samples),
+        group_size,
+    )
