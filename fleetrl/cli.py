@@ -521,6 +521,58 @@ def region_command(
     raise typer.Exit(code)
 
 
+@app.command("status")
+def status_command(
+    store: StoreOption = "",
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
+) -> None:
+    """Where a run stands: the trainer's version and step, each region's version, groups
+    in flight, last heartbeat and staleness; read from the store alone."""
+    if not store:
+        raise fail("--store is required")
+    from fleetrl.orchestrate.status import as_json as status_json
+    from fleetrl.orchestrate.status import run_status
+    from fleetrl.store.objectstore import open_store
+    from fleetrl.store.run import read_config_text
+
+    opened = open_store(store)
+    try:
+        read_config_text(opened)
+    except LookupError as err:
+        raise fail(str(err)) from None
+    status = run_status(opened)
+    if as_json:
+        typer.echo(json.dumps(status_json(status), indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    waiting = f", waiting {status.waiting_s:.0f} s" if status.waiting_s else ""
+    typer.echo(
+        f"trainer: version {status.trainer_version} (latest published "
+        f"{status.latest_version}), step {status.step}, incarnation {status.incarnation}, "
+        f"{status.trained_samples} samples trained, {status.dropped_samples} dropped{waiting}"
+        + (" — run finished" if status.stopped else "")
+    )
+    table = Table(title="regions")
+    for column in ("region", "held", "staleness", "in flight", "handed in", "granted"):
+        table.add_column(column, justify="right")
+    table.add_column("failed", justify="right")
+    table.add_column("heartbeat", justify="right")
+    for r in status.regions:
+        table.add_row(
+            r.name,
+            str(r.held),
+            str(r.staleness),
+            str(r.in_flight),
+            str(r.submitted),
+            str(r.granted),
+            str(r.failed_episodes),
+            f"{r.heartbeat_age_s:.0f} s ago",
+        )
+    Console().print(table)
+
+
 @app.command("eval")
 def eval_command(
     checkpoint: Annotated[str, typer.Argument(help="Checkpoint directory, or `base`.")] = "base",

@@ -40,6 +40,9 @@ class Progress:
     version: int = 0  # policy version of the trainer's current weights
     trained_samples: int = 0  # samples trained on so far
     dropped_samples: int = 0  # samples of groups dropped as too stale so far
+    step: int = 0  # optimizer steps done
+    waiting_s: float = 0.0  # how long the trainer has been waiting for groups (0: training)
+    time: float = 0.0  # unix time of this report
 
 
 def store_url(configured: str, run_dir: Path) -> str:

@@ -111,7 +111,7 @@ def run_trainer(config: RunConfig, run_dir: Path, poll_s: float = 0.2) -> Traine
         publish_start = time.monotonic()
         published = weights.publish(state.version, model.state_dict())
         publish_s = time.monotonic() - publish_start
-        _report_progress(weights.store, state, config)
+        _report_progress(weights.store, state, config, waiting_s=0.0)
         wall_s, step_start = time.monotonic() - step_start, time.monotonic()
         scale = float(model.model.norm.weight.detach().mean())
         timing = StepTiming(wait_s, publish_s, wall_s)
@@ -184,14 +184,24 @@ def _gather(
         fresh = channel.read_new(state.cursor)
         pending += fresh
         if not fresh:
-            _report_progress(store, state, config)
+            _report_progress(store, state, config, time.monotonic() - start)
             time.sleep(poll_s)
 
 
-def _report_progress(store: ObjectStore, state: TrainerState, config: RunConfig) -> None:
+def _report_progress(
+    store: ObjectStore, state: TrainerState, config: RunConfig, waiting_s: float
+) -> None:
     """Tell the regions where training stands and hand out the fleet's admission budget
     (`fleetrl.store.admission`)."""
-    write_progress(store, Progress(state.version, state.trained_samples, state.dropped_samples))
+    progress = Progress(
+        state.version,
+        state.trained_samples,
+        state.dropped_samples,
+        state.step,
+        waiting_s,
+        time.time(),
+    )
+    write_progress(store, progress)
     tc, group_size = config.trainer, config.rollout.group_size
     batch = tc.groups_per_step * group_size
     hand_out(

@@ -37,6 +37,7 @@ def test_cli_surface_is_frozen():
         "run",
         "trainer",
         "region",
+        "status",
     }
     result = runner.invoke(app, ["model", "--help"])
     assert result.exit_code == 0 and "init" in result.output
