@@ -28,6 +28,13 @@ that now sample. A prompt that continues a parked request whole frees its slot (
 request parks again when it finishes); otherwise the least recently used slot is
 overwritten first. Park at least as many slots as sessions run at once.
 
+Failures stay with the requests that cause them. A prefill or decode step that raises is
+run again for each of its requests alone, and only the requests that raise alone fail; the
+others keep their place and go on (a transient error fails nobody). A request's state
+changes only after its step has sampled, so a step that raised left nothing to undo. A
+weight update that raises fails that update's caller. Whatever fails, the engine goes on
+serving.
+
 Not covered: paged attention, speculative decoding, tensor parallelism.
 """
 
@@ -37,6 +44,7 @@ import asyncio
 import contextlib
 import itertools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -60,6 +68,10 @@ class EngineStats:
     last_update_pause_s: float = 0.0  # decoding stood still this long for the last swap
     prompt_tokens: int = 0  # prompt tokens of admitted requests
     prefix_hit_tokens: int = 0  # of those, copied from the prefix cache instead of computed
+
+
+# What one sampling call returns: token ids, their logprobs, top logprobs per request.
+_Draws = tuple[list[int], list[float], list[dict[int, float]]]
 
 
 @dataclass
@@ -251,22 +263,48 @@ class Engine:
                 await self._wake.wait()
                 continue
             try:
-                while q.updates:
-                    update = q.updates.pop(0)
-                    pause = self._apply_weights(update)
-                    if not update.future.done():
-                        update.future.set_result(pause)
-                admitted = self._admit()
-                if admitted:
-                    self._prefill(admitted)
-                    q.running.extend(admitted)
-                if q.running:
-                    self._decode_step()
-                self._retire()
-            except Exception as err:  # a failed step fails its requests, not the engine
+                self._step()
+            except Exception as err:  # outside any step (a bug): trust nothing in flight
                 self._fail_all(err)
             self.stats.running, self.stats.waiting = len(q.running), len(q.waiting)
             await asyncio.sleep(0)  # let the loop serve I/O between steps
+
+    def _step(self) -> None:
+        """Pending weight updates, then a prefill of newcomers, then one decode step."""
+        q = self._queues
+        while q.updates:
+            self._apply_update(q.updates.pop(0))
+        admitted = self._admit()
+        if admitted:
+            self._isolated(admitted, lambda a, b: self._prefill(admitted[a:b]))
+        if q.running:
+            self._isolated(list(q.running), self._decode_step)
+        self._retire()
+
+    def _isolated(self, requests: list[_Request], step: Callable[[int, int], None]) -> None:
+        """Run `step(0, n)` over a batch of `n` requests; if it raises, run `step(i, i + 1)`
+        for each request alone and fail only those that raise alone.
+
+        Retrying one by one costs `n` small steps, and only when a step failed; halving
+        would take fewer when one request is at fault, but a failure is rare enough that
+        the simplest rule wins."""
+        try:
+            step(0, len(requests))
+            return
+        except Exception as err:
+            if len(requests) == 1:
+                self._fail(requests[0], err)
+                return
+        for i, request in enumerate(requests):
+            try:
+                step(i, i + 1)
+            except Exception as err:
+                self._fail(request, err)
+
+    def _fail(self, request: _Request, err: Exception) -> None:
+        """Fail one request; `_retire` frees its slot if it was running."""
+        if not request.future.done():
+            request.future.set_exception(err)
 
     def _fail_all(self, err: Exception) -> None:
         q = self._queues
@@ -276,6 +314,18 @@ class Engine:
         q.waiting.clear()
         q.running.clear()
         q.updates.clear()
+        self._parked.clear()
+
+    def _apply_update(self, update: _WeightUpdate) -> None:
+        """Apply one queued weight update and answer its caller (its error, if it raised)."""
+        try:
+            pause = self._apply_weights(update)
+        except Exception as err:
+            if not update.future.done():
+                update.future.set_exception(err)
+            return
+        if not update.future.done():
+            update.future.set_result(pause)
 
     @torch.inference_mode()
     def _apply_weights(self, update: _WeightUpdate) -> float:
@@ -342,22 +392,17 @@ class Engine:
 
     @torch.inference_mode()
     def _prefill(self, requests: list[_Request]) -> None:
-        """Run the prompts, right-padded, into the next free cache slots; sample first tokens.
+        """Run the prompts, right-padded, into the next free cache slots; sample first tokens;
+        the requests join the running ones.
 
         Padding positions land in the cache past each prompt's end, where the mask hides
-        them until the request's own tokens overwrite them.
+        them until the request's own tokens overwrite them. Until the step has sampled it
+        writes only into the free slots, so a failed step can simply run again.
         """
         first = len(self._queues.running)
         for i, request in enumerate(requests):
             if request.reuse:
                 self.cache.copy(request.reuse_slot, first + i, request.reuse)
-                parked = self._parked.get(request.reuse_slot)
-                if parked is not None and request.reuse == len(parked.tokens):
-                    del self._parked[request.reuse_slot]  # continued: it parks again at the end
-                elif parked is not None:
-                    parked.last_used = next(self._clock)
-            self.stats.prompt_tokens += len(request.prompt_ids)
-            self.stats.prefix_hit_tokens += request.reuse
         rest = [r.prompt_ids[r.reuse :] for r in requests]
         lengths = [len(ids) for ids in rest]
         width = max(lengths)
@@ -365,44 +410,58 @@ class Engine:
         starts = torch.tensor([r.reuse for r in requests], device=self.device)
         self.cache.begin(slice(first, first + len(requests)), starts, width)
         out = self.model(ids, kv_cache=self.cache, return_routed_experts=self.config.is_moe)
+        last = torch.tensor([n - 1 for n in lengths], device=self.device)
+        rows = torch.arange(len(requests), device=self.device)
+        draws = self._sample(requests, out.logits[rows, last])
         for i, request in enumerate(requests):
+            parked = self._parked.get(request.reuse_slot) if request.reuse else None
+            if parked is not None and request.reuse == len(parked.tokens):
+                del self._parked[request.reuse_slot]  # continued: it parks again at the end
+            elif parked is not None:
+                parked.last_used = next(self._clock)
+            self.stats.prompt_tokens += len(request.prompt_ids)
+            self.stats.prefix_hit_tokens += request.reuse
             request.length = len(request.prompt_ids)
             if out.routed_experts is not None:
                 request.out.prompt_routed_experts = [
                     *(request.reuse_routed or []),
                     *out.routed_experts[i, : lengths[i]].tolist(),
                 ]
-        last = torch.tensor([n - 1 for n in lengths], device=self.device)
-        rows = torch.arange(len(requests), device=self.device)
-        self._record_samples(requests, out.logits[rows, last])
+        self._record(requests, draws)
+        self._queues.running.extend(requests)
 
     @torch.inference_mode()
-    def _decode_step(self) -> None:
-        """Feed every running request's last token through the model; sample the next."""
-        running = self._queues.running
-        last = [r.out.token_ids[-1] for r in running]
-        ids = torch.tensor(last, device=self.device)[:, None]
-        starts = torch.tensor([r.length for r in running], device=self.device)
-        self.cache.begin(slice(0, len(running)), starts, 1)
+    def _decode_step(self, start: int, stop: int) -> None:
+        """Feed the last token of the running requests in slots `start..stop-1` through the
+        model; sample the next. Requests change only once the step has sampled."""
+        batch = self._queues.running[start:stop]
+        ids = torch.tensor([r.out.token_ids[-1] for r in batch], device=self.device)[:, None]
+        starts = torch.tensor([r.length for r in batch], device=self.device)
+        self.cache.begin(slice(start, stop), starts, 1)
         out = self.model(ids, kv_cache=self.cache, return_routed_experts=self.config.is_moe)
-        for i, request in enumerate(running):
+        sampling = [i for i, r in enumerate(batch) if not r.finished]
+        draws = self._sample([batch[i] for i in sampling], out.logits[sampling, -1])
+        for i, request in enumerate(batch):
             request.length += 1
             if out.routed_experts is not None:
                 request.out.routed_experts.append(out.routed_experts[i, 0].tolist())
-        sampling = [i for i, r in enumerate(running) if not r.finished]
-        self._record_samples([running[i] for i in sampling], out.logits[sampling, -1])
+        self._record([batch[i] for i in sampling], draws)
         self.stats.decode_steps += 1
 
-    def _record_samples(self, requests: list[_Request], logits: torch.Tensor) -> None:
+    def _sample(self, requests: list[_Request], logits: torch.Tensor) -> _Draws:
+        """Next tokens, their logprobs and top logprobs for `requests` (rows of `logits`)."""
         if not requests:
-            return
-        tokens, logprobs, top = sample(
+            return [], [], []
+        return sample(
             logits,
             [r.params for r in requests],
             [r.generator for r in requests],
             self._shared_rng,
         )
-        for request, token, logprob, top_i in zip(requests, tokens, logprobs, top, strict=True):
+
+    def _record(self, requests: list[_Request], draws: _Draws) -> None:
+        """Append sampled tokens to their requests and mark those that are done."""
+        for request, token, logprob, top_i in zip(requests, *draws, strict=True):
             out = request.out
             out.token_ids.append(token)
             out.logprobs.append(logprob)

@@ -1,11 +1,16 @@
 """The local launcher behind `fleetrl train`: one trainer and N regions as processes.
 
-    runs/NAME/config.toml ─▶ trainer process ──┐  object store (runs/NAME/store or s3://)
-                         ─▶ region process(es) ┘  weights/, trajectories/, control/
-    launcher: progress from metrics.jsonl, restarts a crashed process (it resumes from the
-    store and its checkpoint), then evaluates base and final models and writes the report.
+    create the run in its store (runs/NAME/store or s3://…), unless it is there already
+      ─▶ `fleetrl trainer --store URL --workdir runs/NAME`            ──┐ the store only:
+      ─▶ `fleetrl region --store URL --name region-i --workdir …`     ──┘ weights/, run/,
+    launcher: progress from metrics.jsonl, restarts a crashed process    trajectories/,
+    (it resumes from the store), then evaluates base and final models    control/,
+    and writes the report.                                               checkpoints/
 
-The processes share only the store; the launcher only starts, watches and restarts them.
+The processes are the same commands one would start by hand on other machines; the
+launcher only starts, watches and restarts them.
+A process that keeps crashing (more than CRASH_LIMIT times within CRASH_WINDOW_S) fails the
+run with the tail of its log.
 """
 
 from __future__ import annotations
@@ -15,7 +20,9 @@ import json
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -26,13 +33,47 @@ from fleetrl.model.checkpoint import resolve_checkpoint
 from fleetrl.observe.metrics import MetricsLogger, read_metrics
 from fleetrl.observe.records import EvalRecord
 from fleetrl.observe.report import write_report
+from fleetrl.orchestrate.roles import FENCED_EXIT
+from fleetrl.orchestrate.run import create_run
 from fleetrl.rollout.evaluate import EvalResult, evaluate_checkpoint
+from fleetrl.store.control import store_url
+from fleetrl.store.objectstore import open_store
+from fleetrl.store.run import CONFIG_KEY
 
-MAX_RESTARTS = 3
+# A process is restarted after each crash unless it crashed more than CRASH_LIMIT times
+# within CRASH_WINDOW_S: a long run outlives many unrelated crashes (a node hiccup, a bad
+# episode), while a process that dies again right after each start is broken for good.
+# Five starts in ten minutes is ample for a process that needs a minute to load.
+CRASH_LIMIT = 5
+CRASH_WINDOW_S = 600.0
 
 
 class RunFailed(RuntimeError):
     """A process of the run kept failing; the message has the tail of its log."""
+
+
+class RestartLimiter:
+    """Whether a crashed process may start again: yes, unless it crashed more than `limit`
+    times within the last `window_s` seconds (`clock`: seconds, injectable for tests)."""
+
+    def __init__(
+        self,
+        limit: int = CRASH_LIMIT,
+        window_s: float = CRASH_WINDOW_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.limit = limit
+        self.window_s = window_s
+        self.clock = clock
+        self.crashes: deque[float] = deque()  # times of the crashes within the window
+
+    def crashed(self) -> bool:
+        """Count a crash now; whether the process may be restarted."""
+        now = self.clock()
+        self.crashes.append(now)
+        while self.crashes[0] <= now - self.window_s:
+            self.crashes.popleft()
+        return len(self.crashes) <= self.limit
 
 
 @dataclass
@@ -41,12 +82,16 @@ class _Process:
     name: str
     log: Path
     popen: subprocess.Popen[bytes] | None = None
-    restarts: int = 0
+    restarts: RestartLimiter = field(default_factory=RestartLimiter)
 
-    def start(self, run_dir: Path) -> None:
-        argv = [sys.executable, "-m", "fleetrl.orchestrate.roles", self.role, str(run_dir)]
+    def start(self, url: str, run_dir: Path) -> None:
+        argv = [sys.executable, "-m", "fleetrl.cli", self.role, "--store", url]
+        if self.role == "region":
+            argv += ["--name", self.name, "--workdir", str(run_dir / "regions" / self.name)]
+        else:
+            argv += ["--workdir", str(run_dir)]
         with open(self.log, "ab") as log:
-            self.popen = subprocess.Popen([*argv, self.name], stdout=log, stderr=subprocess.STDOUT)
+            self.popen = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
 
     def tail(self, lines: int = 20) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
@@ -65,7 +110,7 @@ class _Process:
                 self.popen.wait()
 
 
-def _watch(processes: list[_Process], run_dir: Path, steps: int, progress: bool) -> None:
+def _watch(processes: list[_Process], url: str, run_dir: Path, steps: int, progress: bool) -> None:
     """Wait for the trainer to finish, restarting crashed processes, showing progress."""
     trainer = processes[0]
     metrics = run_dir / "metrics.jsonl"
@@ -84,14 +129,17 @@ def _watch(processes: list[_Process], run_dir: Path, steps: int, progress: bool)
                 bar.update(task, completed=last["step"], info=info)
             for process in processes:
                 code = process.popen.poll() if process.popen else None
-                if code is None or (process is trainer and code == 0):
+                if code is None or code == 0:  # running, or done (a region after the stop)
                     continue
-                if process.restarts >= MAX_RESTARTS:
+                if process is trainer and code == FENCED_EXIT:
+                    raise RunFailed("another trainer of this run started; this one stopped")
+                if not process.restarts.crashed():
+                    limiter = process.restarts
                     raise RunFailed(
-                        f"{process.name} failed {MAX_RESTARTS + 1} times:\n{process.tail()}"
+                        f"{process.name} failed {len(limiter.crashes)} times within "
+                        f"{limiter.window_s:.0f} s:\n{process.tail()}"
                     )
-                process.restarts += 1
-                process.start(run_dir)
+                process.start(url, run_dir)
             if trainer.popen is not None and trainer.popen.poll() == 0:
                 return
             time.sleep(0.5)
@@ -143,23 +191,33 @@ def eval_record(result: EvalResult, model: str) -> EvalRecord:
 
 
 def run_local(config: RunConfig, run_dir: Path, regions: int = 1, progress: bool = True) -> dict:
-    """Run training end to end; returns the evaluation summary (also in eval.json)."""
+    """Run training end to end; returns the evaluation summary (also in eval.json). A run
+    whose store already holds it (a relaunch) resumes from the store."""
+    url = store_url(config.store.url, run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "logs").mkdir(exist_ok=True)
     (run_dir / "config.toml").write_text(dump_config(config))
+    if not open_store(url).exists(CONFIG_KEY):
+        create_run(config, url)
     processes = [_Process("trainer", "trainer", run_dir / "logs" / "trainer.log")]
     processes += [
         _Process("region", f"region-{i}", run_dir / "logs" / f"region-{i}.log")
         for i in range(regions)
     ]
     for process in processes:
-        process.start(run_dir)
+        process.start(url, run_dir)
     try:
-        _watch(processes, run_dir, config.trainer.steps, progress)
+        _watch(processes, url, run_dir, config.trainer.steps, progress)
     finally:
         for process in processes[1:]:
             process.stop()
         processes[0].stop(timeout=5)
+    return evaluate_and_report(config, run_dir, progress)
+
+
+def evaluate_and_report(config: RunConfig, run_dir: Path, progress: bool = True) -> dict:
+    """After training, whatever launched it: held-out pass@1 of the base and final models
+    (eval.json, "eval" records) and report.html; returns the evaluation summary."""
     summary: dict = {}
     if config.eval.enabled:
         evaluated = []

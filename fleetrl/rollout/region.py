@@ -10,6 +10,11 @@ The gate (`fleetrl.rollout.admission`) starts a group only while its samples are
 training within `trainer.max_staleness` versions. A region shares only the object store
 with the trainer; it stops when the trainer writes the stop object (`store.control`).
 
+The loop that starts groups also drives the engine's decoding, so it never waits on the
+store itself: every store call runs in a thread. An episode that fails does not end the
+region: the group goes on without it or is dropped (`rollout.worker.settle_group`), and
+the failures travel in the next report (`RegionReport.failed_episodes`).
+
 Not covered: several regions sharing one admission budget (each region gates on its own
 submissions; the trainer's staleness filter stays the hard bound).
 """
@@ -19,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+from collections import Counter
 from dataclasses import asdict
 from pathlib import Path
 
@@ -29,12 +35,11 @@ from fleetrl.envs.suites import load_tasks
 from fleetrl.model.checkpoint import load_pretrained, resolve_checkpoint
 from fleetrl.model.tokenizer import Tokenizer
 from fleetrl.rollout.admission import may_admit
-from fleetrl.rollout.worker import Rollouts, rollout_engine
+from fleetrl.rollout.worker import GroupResult, Rollouts, rollout_engine
 from fleetrl.store.control import read_progress, stop_signalled, store_url
 from fleetrl.store.follower import WeightFollower
 from fleetrl.store.trajectories import RegionReport, TrajectoryChannel
 from fleetrl.store.weights import WeightStore
-from fleetrl.types import Trajectory
 
 
 class Region:
@@ -52,16 +57,21 @@ class Region:
             split=tasks.split,
         )
         self.rng = random.Random(f"{config.trainer.seed}-{name}")
-        self.submitted = self.channel.count(name) * config.rollout.group_size
+        self.started = self.channel.count(name)  # groups started (numbers their ids)
+        # Samples handed to the trainer, group_size per group sent even when failures made
+        # it smaller: the trainer takes a batch by groups.
+        self.submitted = self.started * config.rollout.group_size
         self.syncs_since_report: list[dict[str, float]] = []
+        self.failures_since_report: Counter[str] = Counter()
 
-    def may_admit(self, held: int, in_flight: int) -> bool:
-        """Whether one more group may start now (`fleetrl.rollout.admission`)."""
+    def may_admit(self, held: int, in_flight: int, dropped: int) -> bool:
+        """Whether one more group may start now (`fleetrl.rollout.admission`); `dropped`:
+        the samples the trainer has dropped as too stale."""
         tc, rc = self.config.trainer, self.config.rollout
         return may_admit(
             held,
             self.submitted,
-            read_progress(self.weights.store).dropped_samples,
+            dropped,
             in_flight,
             batch=tc.groups_per_step * rc.group_size,
             max_staleness=tc.max_staleness,
@@ -73,7 +83,7 @@ class Region:
         """Run groups until the trainer says stop."""
         rc = self.config.rollout
         torch.set_num_threads(rc.threads)
-        while self.weights.latest() is None:  # the trainer publishes version 0 first
+        while await asyncio.to_thread(self.weights.latest) is None:  # version 0 comes first
             await asyncio.sleep(0.2)
         checkpoint = resolve_checkpoint(self.config.model.path)
         tokenizer = Tokenizer.from_pretrained(checkpoint)
@@ -86,14 +96,16 @@ class Region:
         rollouts = Rollouts(engine, tokenizer, harness, rc, episodes, rc.max_concurrent_verify)
         stop = asyncio.Event()
         following = asyncio.create_task(follower.run(stop))
-        in_flight: set[asyncio.Task[list[Trajectory]]] = set()
+        in_flight: set[asyncio.Task[GroupResult]] = set()
         seen_syncs = len(follower.records)
         try:
             while not await asyncio.to_thread(stop_signalled, self.weights.store):
                 held = follower.held or 0
-                while self.may_admit(held, len(in_flight)):
+                progress = await asyncio.to_thread(read_progress, self.weights.store)
+                while self.may_admit(held, len(in_flight), progress.dropped_samples):
                     task = self.rng.choice(self.tasks)
-                    group_id = f"{self.name}-{self.submitted + len(in_flight) * rc.group_size}"
+                    group_id = f"{self.name}-{self.started}"
+                    self.started += 1
                     in_flight.add(
                         asyncio.create_task(rollouts.run_group(task, rc.group_size, group_id))
                     )
@@ -107,23 +119,7 @@ class Region:
                 seen_syncs = len(follower.records)
                 self.syncs_since_report += [asdict(r) for r in new_syncs]
                 for finished in done:
-                    group = finished.result()
-                    report = RegionReport(
-                        self.name,
-                        follower.held or 0,
-                        [t.duration_s for t in group],
-                        [
-                            {
-                                "pause_s": s["pause_s"],
-                                "fetch_s": s["fetch_s"],
-                                "bytes": s["bytes_read"],
-                            }
-                            for s in self.syncs_since_report
-                        ],
-                    )
-                    self.syncs_since_report = []
-                    await asyncio.to_thread(self.channel.append, self.name, group, report)
-                    self.submitted += rc.group_size
+                    await self._send(finished.result(), follower.held or 0)
         finally:
             stop.set()
             for pending in in_flight:
@@ -131,6 +127,27 @@ class Region:
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.gather(*in_flight, following, return_exceptions=True)
             await engine.close()
+
+    async def _send(self, result: GroupResult, held: int) -> None:
+        """Append a finished group with its report; a dropped group sends nothing, its
+        failures wait for the next report."""
+        self.failures_since_report.update(result.failures)
+        if result.dropped:
+            return
+        report = RegionReport(
+            self.name,
+            held,
+            [t.duration_s for t in result.trajectories],
+            [
+                {"pause_s": s["pause_s"], "fetch_s": s["fetch_s"], "bytes": s["bytes_read"]}
+                for s in self.syncs_since_report
+            ],
+            dict(self.failures_since_report),
+        )
+        await asyncio.to_thread(self.channel.append, self.name, result.trajectories, report)
+        self.syncs_since_report = []
+        self.failures_since_report.clear()
+        self.submitted += self.config.rollout.group_size
 
 
 def run_region(config: RunConfig, run_dir: Path, name: str = "region-0") -> None:

@@ -7,12 +7,23 @@
 advantages); many episodes run concurrently against one policy, which is what lets the
 engine batch their generations. Sandbox and verifier work runs in threads
 (it waits on processes); the policy runs on the event loop.
+
+An episode that raises (policy or engine error, sandbox that does not start, verifier
+crash) is a failed episode, not a failed group: it is logged with its traceback and
+counted by reason (`failure_reason`). The group keeps its other samples when at least
+MIN_GROUP remain (a group-relative advantage compares a sample with the others), and is
+dropped otherwise (`settle_group`); either way its failures are reported. Cancellation
+(shutdown) is not a failure and propagates. `run_one` alone still raises: a caller that
+runs single episodes (evaluation, demonstrations) decides for itself.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 from fleetrl.config import HarnessSection, RolloutSection
 from fleetrl.envs.harness import TokenPolicy, run_episode
@@ -23,6 +34,36 @@ from fleetrl.inference.engine import Engine
 from fleetrl.model.qwen3 import Qwen3
 from fleetrl.model.tokenizer import Tokenizer
 from fleetrl.types import SamplingParams, Task, Trajectory
+
+log = logging.getLogger(__name__)
+
+MIN_GROUP = 2  # samples a group needs for group-relative advantages
+
+
+@dataclass
+class GroupResult:
+    """A finished group: the episodes that completed, and why the others failed."""
+
+    trajectories: list[Trajectory]  # completed episodes; empty when the group was dropped
+    failures: dict[str, int]  # failed episodes by reason (`failure_reason`)
+    dropped: bool = False  # too few episodes completed: none of the group is trained on
+
+
+def failure_reason(err: BaseException) -> str:
+    """A failed episode's reason, short enough to count by: the exception's type and the
+    first line of its message, cut at 80 characters."""
+    lines = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {lines[0][:80]}" if lines else type(err).__name__
+
+
+def settle_group(outcomes: list[Trajectory | Exception]) -> GroupResult:
+    """The group rule: without failures the group is whole; with failures it keeps its
+    completed episodes if at least MIN_GROUP remain, and is dropped otherwise."""
+    trajectories = [o for o in outcomes if isinstance(o, Trajectory)]
+    failures = Counter(failure_reason(o) for o in outcomes if isinstance(o, Exception))
+    if failures and len(trajectories) < MIN_GROUP:
+        return GroupResult([], dict(failures), dropped=True)
+    return GroupResult(trajectories, dict(failures))
 
 
 def rollout_engine(model: Qwen3, harness: HarnessSection, episodes: int, seed: int = 0) -> Engine:
@@ -104,6 +145,30 @@ class Rollouts:
         trajectory.flags = result.flags
         return trajectory
 
-    async def run_group(self, task: Task, samples: int, group_id: str) -> list[Trajectory]:
-        """`samples` concurrent episodes of one task sharing `group_id`."""
-        return list(await asyncio.gather(*(self.run_one(task, group_id) for _ in range(samples))))
+    async def run_group(self, task: Task, samples: int, group_id: str) -> GroupResult:
+        """`samples` concurrent episodes of one task sharing `group_id`; episodes that
+        raise are failed episodes (`settle_group`)."""
+        outcomes = await asyncio.gather(*(self._attempt(task, group_id) for _ in range(samples)))
+        result = settle_group(list(outcomes))
+        if result.failures:
+            kept = "dropped" if result.dropped else f"kept {len(result.trajectories)}"
+            log.warning(
+                "group %s of %s: %d of %d episodes failed, %s: %s",
+                group_id,
+                task.instance_id,
+                sum(result.failures.values()),
+                samples,
+                kept,
+                result.failures,
+            )
+        return result
+
+    async def _attempt(self, task: Task, group_id: str) -> Trajectory | Exception:
+        """One graded episode, or the exception that ended it (logged with its traceback)."""
+        try:
+            return await self.run_one(task, group_id)
+        except Exception as err:  # CancelledError is a BaseException: shutdown goes through
+            log.warning(
+                "episode of %s in group %s failed", task.instance_id, group_id, exc_info=err
+            )
+            return err

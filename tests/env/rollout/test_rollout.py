@@ -37,7 +37,7 @@ def test_verified_episodes_carry_reward_and_group():
 
     async def scenario():
         good = Rollouts(Fixer(good=True), TOKENIZER, HARNESS, ROLLOUT, 32, 4)
-        group = await good.run_group(task, 1, group_id="g1")
+        group = (await good.run_group(task, 1, group_id="g1")).trajectories
         bad = Rollouts(Fixer(good=False), TOKENIZER, HARNESS, ROLLOUT, 32, 4)
         failed = await bad.run_one(task)
         return group, failed

@@ -65,12 +65,14 @@ class Poisoned:
 
 
 async def outcomes(engine: Engine, prompts, params) -> list[Completion | BaseException]:
-    """Every request's completion or error, then one more request on the same engine."""
-    results = await asyncio.gather(
-        *(engine.generate(p, s) for p, s in zip(prompts, params, strict=True)),
-        return_exceptions=True,
-    )
-    after = await engine.generate([1, 2, 3], SamplingParams(max_tokens=4))
+    """Every request's completion or error, then one more request on the same engine.
+    A request the engine loses track of fails the test by the timeout, not by hanging."""
+    async with asyncio.timeout(60):
+        results = await asyncio.gather(
+            *(engine.generate(p, s) for p, s in zip(prompts, params, strict=True)),
+            return_exceptions=True,
+        )
+        after = await engine.generate([1, 2, 3], SamplingParams(max_tokens=4))
     await engine.close()
     assert len(after.token_ids) == 4  # the engine still serves
     return list(results)
