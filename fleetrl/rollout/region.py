@@ -4,19 +4,19 @@
                                            ▲ generate
     admission gate ─ start group ─▶ Rollouts.run_group (sandboxes, harness, verifier)
           ▲                                 │ finished group
-          └── trainer progress (store) ◀────┴─▶ TrajectoryChannel.append (store)
+          └── grant (store) ◀── trainer ◀───┴─▶ TrajectoryChannel.append (store)
+    heartbeat every HEARTBEAT_S ─▶ control/regions/NAME.json (store)
 
-The gate (`fleetrl.rollout.admission`) starts a group only while its samples are due for
-training within `trainer.max_staleness` versions. A region shares only the object store
-with the trainer; it stops when the trainer writes the stop object (`store.control`).
+The gate starts a group only within this region's grant of the fleet's one admission
+budget (`fleetrl.store.admission`), so every admitted sample is due for training within
+`trainer.max_staleness` versions whatever the number of regions; regions may join and
+leave mid-run. A region shares only the object store with the trainer; it stops when the
+trainer writes the stop object (`store.control`).
 
 The loop that starts groups also drives the engine's decoding, so it never waits on the
 store itself: every store call runs in a thread. An episode that fails does not end the
 region: the group goes on without it or is dropped (`rollout.worker.settle_group`), and
 the failures travel in the next report (`RegionReport.failed_episodes`).
-
-Not covered: several regions sharing one admission budget (each region gates on its own
-submissions; the trainer's staleness filter stays the hard bound).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import time
 from collections import Counter
 from dataclasses import asdict
 from pathlib import Path
@@ -34,12 +35,14 @@ from fleetrl.config import RunConfig
 from fleetrl.envs.suites import load_tasks
 from fleetrl.model.checkpoint import load_pretrained, resolve_checkpoint
 from fleetrl.model.tokenizer import Tokenizer
-from fleetrl.rollout.admission import may_admit
 from fleetrl.rollout.worker import GroupResult, Rollouts, rollout_engine
+from fleetrl.store.admission import Heartbeat, may_start, read_grants, write_heartbeat
 from fleetrl.store.control import read_progress, stop_signalled, store_url
 from fleetrl.store.follower import WeightFollower
 from fleetrl.store.trajectories import RegionReport, TrajectoryChannel
 from fleetrl.store.weights import WeightStore
+
+HEARTBEAT_S = 2.0  # seconds between heartbeats; the trainer forgets a region after 30 s
 
 
 class Region:
@@ -63,21 +66,27 @@ class Region:
         self.submitted = self.started * config.rollout.group_size
         self.syncs_since_report: list[dict[str, float]] = []
         self.failures_since_report: Counter[str] = Counter()
+        self.failed = 0  # episodes that raised, since this process started
 
-    def may_admit(self, held: int, in_flight: int, dropped: int) -> bool:
-        """Whether one more group may start now (`fleetrl.rollout.admission`); `dropped`:
-        the samples the trainer has dropped as too stale."""
+    def may_admit(self, held: int, in_flight: int, grant: int, trainer_version: int) -> bool:
+        """Whether one more group may start now: within this region's grant of the fleet's
+        admission budget (`fleetrl.store.admission`)."""
         tc, rc = self.config.trainer, self.config.rollout
-        return may_admit(
-            held,
+        return may_start(
             self.submitted,
-            dropped,
             in_flight,
-            batch=tc.groups_per_step * rc.group_size,
-            max_staleness=tc.max_staleness,
+            grant,
             group_size=rc.group_size,
             max_groups=rc.max_concurrent_groups,
+            held=held,
+            trainer_version=trainer_version,
+            max_staleness=tc.max_staleness,
         )
+
+    def heartbeat(self, held: int, in_flight: int) -> None:
+        """Tell the trainer (and `fleetrl status`) how this region stands."""
+        beat = Heartbeat(self.name, self.submitted, in_flight, held, time.time(), self.failed)
+        write_heartbeat(self.weights.store, beat)
 
     async def run(self) -> None:
         """Run groups until the trainer says stop."""
@@ -98,11 +107,16 @@ class Region:
         following = asyncio.create_task(follower.run(stop))
         in_flight: set[asyncio.Task[GroupResult]] = set()
         seen_syncs = len(follower.records)
+        last_beat = -HEARTBEAT_S
         try:
             while not await asyncio.to_thread(stop_signalled, self.weights.store):
                 held = follower.held or 0
+                if time.monotonic() - last_beat >= HEARTBEAT_S:
+                    await asyncio.to_thread(self.heartbeat, held, len(in_flight))
+                    last_beat = time.monotonic()
                 progress = await asyncio.to_thread(read_progress, self.weights.store)
-                while self.may_admit(held, len(in_flight), progress.dropped_samples):
+                grant = (await asyncio.to_thread(read_grants, self.weights.store)).get(self.name, 0)
+                while self.may_admit(held, len(in_flight), grant, progress.version):
                     task = self.rng.choice(self.tasks)
                     group_id = f"{self.name}-{self.started}"
                     self.started += 1
@@ -132,6 +146,7 @@ class Region:
         """Append a finished group with its report; a dropped group sends nothing, its
         failures wait for the next report."""
         self.failures_since_report.update(result.failures)
+        self.failed += sum(result.failures.values())
         if result.dropped:
             return
         report = RegionReport(

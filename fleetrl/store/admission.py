@@ -3,10 +3,13 @@
     region ── put control/regions/<name>.json {submitted, in_flight, held, …} (heartbeat)
     trainer ── reads the heartbeats, puts control/grants.json {region: samples granted}
     region ── starts a group only while submitted + (in_flight + 1) × G <= its grant
+              (`may_start`)
 
 The budget is the staleness gate's, fleet-wide: with B samples per optimizer step and
 bound O, at trainer version v at most (v + O + 1) × B + dropped samples may be handed in or
-running, whatever the number of regions (`rollout.admission` is the single-region form).
+running, whatever the number of regions: every admitted sample is due for training within
+O versions of the weights that start it. With O = 0 and one region it is the synchronous
+loop: a whole batch at version v, then nothing until v + 1 is published.
 A grant is cumulative and never shrinks while its region is alive, so a region can never
 find itself over budget because the trainer's view of it lagged. What is not yet granted
 is shared equally among live regions (heartbeat younger than `ttl_s`); a region whose
@@ -41,6 +44,25 @@ class Heartbeat:
 def fleet_budget(version: int, max_staleness: int, batch: int, dropped: int) -> int:
     """Samples the whole fleet may have handed in or running at trainer `version`."""
     return (version + max_staleness + 1) * batch + dropped
+
+
+def may_start(
+    submitted: int,
+    in_flight: int,
+    grant: int,
+    *,
+    group_size: int,
+    max_groups: int,
+    held: int,
+    trainer_version: int,
+    max_staleness: int,
+) -> bool:
+    """A region's gate: one more group may start while the region runs fewer than
+    `max_groups`, the group fits its grant (`submitted` samples handed in, `in_flight`
+    groups running), and its weights (`held`) are not already too stale to be trained on."""
+    if in_flight >= max_groups or trainer_version - held > max_staleness:
+        return False
+    return submitted + (in_flight + 1) * group_size <= grant
 
 
 def allocate(

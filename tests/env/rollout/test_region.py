@@ -10,6 +10,7 @@ from fleetrl.model.checkpoint import load_pretrained
 from fleetrl.rollout import worker
 from fleetrl.rollout.region import Region
 from fleetrl.rollout.worker import GroupResult
+from fleetrl.store.admission import write_grants
 from fleetrl.store.control import signal_stop
 from fleetrl.store.trajectories import TrajectoryChannel
 from fleetrl.store.weights import WeightStore
@@ -48,7 +49,9 @@ def test_a_failed_episode_leaves_its_group_and_is_reported(tmp_path, tiny_checkp
             "harness": {"max_turns": 2, "max_reply_tokens": 16},
         }
     )
-    WeightStore(str(tmp_path / "store")).publish(0, load_pretrained(tiny_checkpoint).state_dict())
+    weights = WeightStore(str(tmp_path / "store"))
+    weights.publish(0, load_pretrained(tiny_checkpoint).state_dict())
+    write_grants(weights.store, {"region-0": 3})  # the trainer's grant: one group of 3
     starts = []
 
     def first_start_fails(*args, **kwargs):

@@ -10,6 +10,7 @@ from fleetrl.store.admission import (
     allocate,
     fleet_budget,
     hand_out,
+    may_start,
     read_grants,
     write_heartbeat,
 )
@@ -79,3 +80,41 @@ def test_hand_out_reads_heartbeats_and_publishes_grants(tmp_path):
     write_heartbeat(store, Heartbeat("east", 0, 0, 0, time.time()))
     grants = hand_out(store, budget=4 * G, group_size=G)
     assert grants == {"east": 2 * G, "west": 2 * G} == read_grants(store)
+
+
+def one_region_starts(version: int, submitted: int, dropped: int, max_staleness: int) -> int:
+    """Groups one region may start in a row at trainer `version` (batch: 2 groups of G),
+    its weights current: the grant of the fleet budget, then the region's gate."""
+    budget = fleet_budget(version, max_staleness, 2 * G, dropped)
+    grant = allocate({}, {"r": beat("r", submitted)}, budget, G, now=100, ttl_s=30)["r"]
+    gate = {"group_size": G, "max_groups": 8, "held": version, "trainer_version": version}
+    started = 0
+    while may_start(submitted, started, grant, max_staleness=max_staleness, **gate):
+        started += 1
+    return started
+
+
+def test_synchronous_gate_admits_exactly_one_batch_per_version():
+    # O = 0: at version 0 one batch (2 groups), nothing more until version 1.
+    assert one_region_starts(version=0, submitted=0, dropped=0, max_staleness=0) == 2
+    assert one_region_starts(version=0, submitted=2 * G, dropped=0, max_staleness=0) == 0
+    assert one_region_starts(version=1, submitted=2 * G, dropped=0, max_staleness=0) == 2
+
+
+def test_staleness_bound_adds_one_batch_per_version_of_slack():
+    assert one_region_starts(version=0, submitted=0, dropped=0, max_staleness=1) == 4
+    assert one_region_starts(version=0, submitted=0, dropped=0, max_staleness=2) == 6
+    assert one_region_starts(version=0, submitted=3 * G, dropped=0, max_staleness=1) == 1
+
+
+def test_dropped_samples_are_given_back():
+    assert one_region_starts(version=0, submitted=4 * G, dropped=0, max_staleness=1) == 0
+    assert one_region_starts(version=0, submitted=4 * G, dropped=2 * G, max_staleness=1) == 2
+
+
+def test_gate_holds_the_concurrency_cap_and_stale_weights_back():
+    gate = {"group_size": G, "max_groups": 2, "max_staleness": 1}
+    assert not may_start(0, 2, 100 * G, held=5, trainer_version=5, **gate)  # cap
+    assert not may_start(0, 0, 100 * G, held=3, trainer_version=5, **gate)  # held too old
+    assert may_start(0, 1, 100 * G, held=4, trainer_version=5, **gate)
+    assert not may_start(G, 0, G, held=5, trainer_version=5, **gate)  # grant used up
