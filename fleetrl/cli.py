@@ -505,6 +505,13 @@ def region_command(
     store: StoreOption = "",
     name: Annotated[str, typer.Option(help="Region name, unique in the run.")] = "",
     workdir: WorkdirOption = None,
+    regional_store: Annotated[
+        str | None,
+        typer.Option(
+            help="The region's own weight store (e.g. a bucket in its region): a relay "
+            "copies each version into it once and the engine follows it there."
+        ),
+    ] = None,
 ) -> None:
     """A rollout region of a run in a store: exits 0 after the trainer's stop signal."""
     if not store or not name:
@@ -515,7 +522,7 @@ def region_command(
     from fleetrl.store.run import RunNotFound
 
     try:
-        code = region_role(store, name, workdir)
+        code = region_role(store, name, workdir, regional_store)
     except RunNotFound as err:
         raise fail(str(err)) from None
     raise typer.Exit(code)

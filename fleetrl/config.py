@@ -149,6 +149,9 @@ class StoreSection(_Section):
     """Object store URL (local folder or s3://...); empty: runs/NAME/store."""
     full_every: int = Field(10, ge=1)
     """A full snapshot every K versions, deltas in between."""
+    collect_garbage: bool = True
+    """After each checkpoint, delete the trajectories it covers and the weight versions no
+    follower needs; off keeps everything (benchmarks read the channel afterwards)."""
 
 
 class EvalSection(_Section):

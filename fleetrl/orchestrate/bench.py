@@ -90,6 +90,7 @@ def run_pipeline_bench(
                 "env_latency_s": w.env_latency_s,
             },
             "eval": {"enabled": False},
+            "store": {"collect_garbage": False},  # episode times are read from the channel
         }
         config = with_overrides(base, overrides)
         with tempfile.TemporaryDirectory(prefix=f"fleetrl-bench-{mode}-") as tmp:

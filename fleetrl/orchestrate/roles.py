@@ -45,10 +45,13 @@ def trainer_role(url: str, workdir: Path | None = None) -> int:
     return 0
 
 
-def region_role(url: str, name: str, workdir: Path | None = None) -> int:
-    """Run region `name` of the run at `url` until the trainer says stop; the exit code."""
+def region_role(
+    url: str, name: str, workdir: Path | None = None, regional_store: str | None = None
+) -> int:
+    """Run region `name` of the run at `url` until the trainer says stop; the exit code.
+    `regional_store`: the region's own weight store, fed once per version by a relay."""
     from fleetrl.rollout.region import run_region
 
     workdir = workdir or default_workdir(url, name)
-    run_region(open_run(url, workdir), workdir, name)
+    run_region(open_run(url, workdir), workdir, name, regional_store)
     return 0

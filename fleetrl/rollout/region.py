@@ -6,6 +6,7 @@
           ▲                                 │ finished group
           └── grant (store) ◀── trainer ◀───┴─▶ TrajectoryChannel.append (store)
     heartbeat every HEARTBEAT_S ─▶ control/regions/NAME.json (store)
+    optional: RegionRelay origin weights/ ─▶ the region's own bucket ─▶ WeightFollower
 
 The gate starts a group only within this region's grant of the fleet's one admission
 budget (`fleetrl.store.admission`), so every admitted sample is due for training within
@@ -39,6 +40,7 @@ from fleetrl.rollout.worker import GroupResult, Rollouts, rollout_engine
 from fleetrl.store.admission import Heartbeat, may_start, read_grants, write_heartbeat
 from fleetrl.store.control import read_progress, stop_signalled, store_url
 from fleetrl.store.follower import WeightFollower
+from fleetrl.store.relay import RegionRelay
 from fleetrl.store.trajectories import RegionReport, TrajectoryChannel
 from fleetrl.store.weights import WeightStore
 
@@ -48,11 +50,16 @@ HEARTBEAT_S = 2.0  # seconds between heartbeats; the trainer forgets a region af
 class Region:
     """One region's loop: admission, groups in flight, results to the channel."""
 
-    def __init__(self, config: RunConfig, run_dir: Path, name: str) -> None:
+    def __init__(
+        self, config: RunConfig, run_dir: Path, name: str, regional_store: str | None = None
+    ) -> None:
+        """`regional_store`: the region's own weight store (a bucket in its region); a
+        relay copies each version into it once and the engine follows it there."""
         self.config = config
         self.name = name
         self.weights = WeightStore(store_url(config.store.url, run_dir))
         self.channel = TrajectoryChannel(self.weights.store)
+        self.regional = WeightStore(regional_store) if regional_store else None
         tasks = config.tasks
         self.tasks = load_tasks(
             suite=None if tasks.tasks_dir else tasks.suite,
@@ -100,10 +107,15 @@ class Region:
         episodes = rc.group_size * rc.max_concurrent_groups
         model = load_pretrained(checkpoint, dtype=torch.float32)
         engine = rollout_engine(model, harness, episodes, self.config.trainer.seed)
-        follower = WeightFollower(self.weights, engine, self.name, poll_s=0.2)
+        stop = asyncio.Event()
+        relaying = None
+        if self.regional is not None:
+            relay = RegionRelay(self.weights, self.regional, f"relay-{self.name}", poll_s=0.2)
+            await asyncio.to_thread(relay.sync_once)
+            relaying = asyncio.create_task(relay.run(stop))
+        follower = WeightFollower(self.regional or self.weights, engine, self.name, poll_s=0.2)
         await follower.sync_once()
         rollouts = Rollouts(engine, tokenizer, harness, rc, episodes, rc.max_concurrent_verify)
-        stop = asyncio.Event()
         following = asyncio.create_task(follower.run(stop))
         in_flight: set[asyncio.Task[GroupResult]] = set()
         seen_syncs = len(follower.records)
@@ -139,7 +151,8 @@ class Region:
             for pending in in_flight:
                 pending.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.gather(*in_flight, following, return_exceptions=True)
+                background = [following, *([relaying] if relaying else [])]
+                await asyncio.gather(*in_flight, *background, return_exceptions=True)
             await engine.close()
 
     async def _send(self, result: GroupResult, held: int) -> None:
@@ -165,6 +178,8 @@ class Region:
         self.submitted += self.config.rollout.group_size
 
 
-def run_region(config: RunConfig, run_dir: Path, name: str = "region-0") -> None:
+def run_region(
+    config: RunConfig, run_dir: Path, name: str = "region-0", regional_store: str | None = None
+) -> None:
     """Entry point of a region process."""
-    asyncio.run(Region(config, run_dir, name).run())
+    asyncio.run(Region(config, run_dir, name, regional_store).run())

@@ -10,29 +10,49 @@ Contract:
   that appears on completion). Ordering across keys is the caller's job (WeightStore
   writes data first, its manifest after, LATEST last).
 - `get` of a missing key raises ObjectNotFound, whatever the backend.
+- `list(prefix, start_after)` gives only the keys after `start_after`, so a poller that
+  remembers the last key it saw pays for what is new, not for the history (S3: one
+  ListObjectsV2 with StartAfter); `list_folders` gives the sub-folders one level down
+  (S3: Delimiter "/"), so new writers are found without listing their objects.
 - Keys are relative, '/'-separated, and never start with '/'.
+- A remote store rides out outages: a call that fails for a transient reason (connection
+  refused or reset, timeout, 5xx) is retried with exponential backoff for up to
+  `outage_s` (default 120 s), each retry logged as a warning, then the failure is raised.
+  A missing key, an existing key (create) or a refused permission is an answer: never
+  retried. A local folder is not retried.
 
 S3 credentials and endpoint come from `storage_options` (s3fs arguments: `key`, `secret`,
 `endpoint_url`, …) or s3fs's usual environment (AWS_ACCESS_KEY_ID, AWS_ENDPOINT_URL, …).
 
-Not covered: conditional writes (compare-and-swap on LATEST: one publisher per store is
-assumed), listing consistency beyond what the backend offers, retries (s3fs retries).
+Not covered: compare-and-swap on an existing key (LATEST: one publisher per store is
+assumed), listing consistency beyond what the backend offers, outages longer than
+`outage_s`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import logging
 import os
 import threading
 import time
 import uuid
 from abc import ABC, abstractmethod
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+FIRST_WAIT_S, LONGEST_WAIT_S = 0.5, 8.0  # backoff between retries: doubles up to the longest
+CREATE_TOKEN = "fleetrl-create-token"  # S3 metadata naming the create() call that wrote an object
 
 
 class ObjectNotFound(FileNotFoundError):
@@ -63,41 +83,110 @@ class ObjectStore(ABC):
         """Whether the key exists now."""
 
     @abstractmethod
-    def list(self, prefix: str) -> list[str]:
-        """Sorted keys that start with `prefix` (a folder-like prefix ending in '/')."""
+    def list(self, prefix: str, start_after: str | None = None) -> list[str]:
+        """Sorted keys that start with `prefix` (a folder-like prefix ending in '/'), all
+        of them or only those that sort after the key `start_after`."""
+
+    @abstractmethod
+    def list_folders(self, prefix: str) -> list[str]:
+        """Sorted sub-folders one level below `prefix`, as prefixes: 'trajectories/' →
+        ['trajectories/a/', 'trajectories/b/']. A folder emptied by deletes may remain."""
 
     @abstractmethod
     def delete(self, keys: list[str]) -> None:
         """Remove objects; keys that do not exist are ignored."""
 
 
-def open_store(url: str, storage_options: dict[str, Any] | None = None) -> ObjectStore:
-    """The store at `url`: a local path, `file://…`, `s3://bucket/prefix`, or any fsspec URL."""
-    return FsspecStore(url, storage_options)
+def open_store(
+    url: str, storage_options: dict[str, Any] | None = None, outage_s: float = 120.0
+) -> ObjectStore:
+    """The store at `url`: a local path, `file://…`, `s3://bucket/prefix`, or any fsspec URL;
+    a remote one retries a call through an outage of up to `outage_s` seconds."""
+    return FsspecStore(url, storage_options, outage_s)
+
+
+def is_transient(err: BaseException) -> bool:
+    """Whether `err` is the link or the server failing, which a later try may not meet,
+    rather than the store's answer (no such key, key exists, bad request, no permission)."""
+    if isinstance(err, FileNotFoundError | FileExistsError | PermissionError):
+        return False
+    if isinstance(err, OSError):  # refused connections, timeouts, 5xx as s3fs raises them
+        # s3fs raises 400 Bad Request and 412 Precondition Failed as EINVAL.
+        return err.errno != errno.EINVAL
+    # botocore's EndpointConnectionError, ConnectionClosedError, … are no OSErrors; matched
+    # by name so that a store without S3 needs no botocore.
+    return any(
+        cls.__module__ == "botocore.exceptions"
+        and cls.__name__ in ("ConnectionError", "HTTPClientError")
+        for cls in type(err).__mro__
+    )
+
+
+def retry_transient(
+    what: str,
+    call: Callable[[], T],
+    total_s: float,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> T:
+    """`call()`, tried again after each transient failure (`is_transient`) with waits of
+    0.5 s doubling to 8 s, until the next wait would pass `total_s`; then the failure is
+    raised. Each retry logs one warning naming `what`, so an outage shows in the logs."""
+    start, wait = clock(), FIRST_WAIT_S
+    while True:
+        try:
+            return call()
+        except Exception as err:
+            elapsed = clock() - start
+            if not is_transient(err) or elapsed + wait > total_s:
+                raise
+            log.warning(
+                "%s failed (%s: %s); retrying in %.1f s, %.1f s into the outage",
+                what,
+                type(err).__name__,
+                err,
+                wait,
+                elapsed,
+            )
+            sleep(wait)
+            wait = min(2 * wait, LONGEST_WAIT_S)
 
 
 class FsspecStore(ObjectStore):
     """ObjectStore over an fsspec filesystem (local folder, S3 via s3fs, …)."""
 
-    def __init__(self, url: str, storage_options: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, url: str, storage_options: dict[str, Any] | None = None, outage_s: float = 120.0
+    ) -> None:
         options = dict(storage_options or {})
         if url.startswith("s3://"):
             # Listings must reflect deletes and new versions at once, not a cached past.
             options.setdefault("use_listings_cache", False)
         self.url = url
+        self.outage_s = outage_s  # how long a remote call retries through an outage
         self.fs, root = fsspec.core.url_to_fs(url, **options)
         self.root = root.rstrip("/")
         self.local = isinstance(self.fs, LocalFileSystem)
+        protocols = self.fs.protocol
+        self.s3 = "s3" in (protocols if isinstance(protocols, tuple) else (protocols,))
+        bucket, _, base = self.root.partition("/")
+        self._bucket, self._base = bucket, f"{base}/" if base else ""  # S3 key = base + key
         if self.local:
             self.fs.makedirs(self.root, exist_ok=True)
 
     def _path(self, key: str) -> str:
         return f"{self.root}/{key}"
 
+    def _call(self, what: str, call: Callable[[], T]) -> T:
+        """`call()`, retried through an outage when the store is remote."""
+        if self.local:
+            return call()
+        return retry_transient(f"{self.url}: {what}", call, self.outage_s)
+
     def get(self, key: str) -> bytes:
         """See ObjectStore.get."""
         try:
-            return self.fs.cat_file(self._path(key))
+            return self._call(f"get {key}", partial(self.fs.cat_file, self._path(key)))
         except FileNotFoundError as err:
             raise ObjectNotFound(f"{self.url}: no object {key!r}") from err
 
@@ -105,7 +194,8 @@ class FsspecStore(ObjectStore):
         """See ObjectStore.put."""
         path = self._path(key)
         if not self.local:
-            self.fs.pipe_file(path, data)  # one PUT (multipart past 5 GiB): atomic
+            # One PUT (multipart past 5 GiB): atomic, and a retry writes the same bytes.
+            self._call(f"put {key}", partial(self.fs.pipe_file, path, data))
             return
         self.fs.makedirs(os.path.dirname(path), exist_ok=True)
         temporary = f"{path}.tmp-{uuid.uuid4().hex}"
@@ -118,17 +208,13 @@ class FsspecStore(ObjectStore):
                 os.remove(temporary)
 
     def create(self, key: str, data: bytes) -> bool:
-        """See ObjectStore.create: S3's `If-None-Match: *`; locally a hard link of a
-        complete temporary file, which fails if the name exists."""
+        """See ObjectStore.create: S3's `If-None-Match: *`, tagged so that a retry knows
+        its own write; locally a hard link of a complete temporary file, which fails if
+        the name exists."""
         path = self._path(key)
         if not self.local:
-            try:
-                self.fs.pipe_file(path, data, mode="create")
-                return True
-            except OSError:  # 412 Precondition Failed comes back as a plain OSError
-                if self.exists(key):
-                    return False
-                raise
+            token = uuid.uuid4().hex
+            return self._call(f"create {key}", partial(self._create_once, path, data, token))
         self.fs.makedirs(os.path.dirname(path), exist_ok=True)
         temporary = f"{path}.tmp-{uuid.uuid4().hex}"
         try:
@@ -142,26 +228,78 @@ class FsspecStore(ObjectStore):
             with contextlib.suppress(FileNotFoundError):
                 os.remove(temporary)
 
+    def _create_once(self, path: str, data: bytes, token: str) -> bool:
+        """One try of a remote create. When the key exists, the object is ours if it
+        carries `token`: an earlier try landed but its answer was lost in an outage."""
+        try:
+            self.fs.pipe_file(path, data, mode="create", Metadata={CREATE_TOKEN: token})
+            return True
+        except OSError as err:  # 412 Precondition Failed comes back as a plain OSError
+            try:
+                return self.fs.metadata(path).get(CREATE_TOKEN) == token
+            except FileNotFoundError:
+                raise err from None  # no such key: not a precondition failure
+
     def exists(self, key: str) -> bool:
         """See ObjectStore.exists."""
-        return self.fs.exists(self._path(key))
+        return self._call(f"exists {key}", partial(self.fs.exists, self._path(key)))
 
-    def list(self, prefix: str) -> list[str]:
+    def list(self, prefix: str, start_after: str | None = None) -> list[str]:
         """See ObjectStore.list; a local store hides temporary files of writes in progress."""
+        lister = self._list_s3 if self.s3 else self._list_fsspec
+        return self._call(f"list {prefix}", partial(lister, prefix, start_after))
+
+    def list_folders(self, prefix: str) -> list[str]:
+        """See ObjectStore.list_folders."""
+        lister = self._folders_s3 if self.s3 else self._folders_fsspec
+        return self._call(f"list folders {prefix}", partial(lister, prefix))
+
+    def _list_fsspec(self, prefix: str, start_after: str | None) -> list[str]:
         start = len(self.root) + 1
         try:
             found = self.fs.find(self._path(prefix), detail=True)
         except FileNotFoundError:
             return []
-        # Files only: S3 gateways may report an emptied folder as a directory entry.
-        paths = (path for path, info in found.items() if info.get("type") == "file")
-        return sorted(p[start:] for p in paths if ".tmp-" not in p)
+        # Files only: gateways may report an emptied folder as a directory entry.
+        keys = (path[start:] for path, info in found.items() if info.get("type") == "file")
+        return sorted(
+            k for k in keys if ".tmp-" not in k and (start_after is None or k > start_after)
+        )
+
+    def _folders_fsspec(self, prefix: str) -> list[str]:
+        start = len(self.root) + 1
+        try:
+            entries = self.fs.ls(self._path(prefix), detail=True)
+        except FileNotFoundError:
+            return []
+        return sorted(f"{e['name'][start:]}/" for e in entries if e["type"] == "directory")
+
+    def _list_s3(self, prefix: str, start_after: str | None) -> list[str]:
+        options = {} if start_after is None else {"StartAfter": self._base + start_after}
+        pages = self._s3_pages(prefix, **options)
+        keys = (c["Key"] for page in pages for c in page.get("Contents", []))
+        # A key ending in '/' is a folder marker that some gateways and consoles create.
+        return sorted(k[len(self._base) :] for k in keys if not k.endswith("/"))
+
+    def _folders_s3(self, prefix: str) -> list[str]:
+        pages = self._s3_pages(prefix, Delimiter="/")
+        folders = (p["Prefix"] for page in pages for p in page.get("CommonPrefixes", []))
+        return sorted(f[len(self._base) :] for f in folders)
+
+    def _s3_pages(self, prefix: str, **options: str) -> list[dict[str, Any]]:
+        """All pages (1,000 keys each) of one ListObjectsV2 of `prefix`."""
+        request = {"Bucket": self._bucket, "Prefix": self._base + prefix, **options}
+        pages = [self.fs.call_s3("list_objects_v2", **request)]
+        while pages[-1].get("IsTruncated"):
+            request["ContinuationToken"] = pages[-1]["NextContinuationToken"]
+            pages.append(self.fs.call_s3("list_objects_v2", **request))
+        return pages
 
     def delete(self, keys: list[str]) -> None:
         """See ObjectStore.delete; a local store also drops the folders this empties."""
         for key in keys:
             with contextlib.suppress(FileNotFoundError):
-                self.fs.rm_file(self._path(key))
+                self._call(f"delete {key}", partial(self.fs.rm_file, self._path(key)))
         if self.local:
             for folder in sorted({os.path.dirname(self._path(k)) for k in keys}, reverse=True):
                 with contextlib.suppress(OSError):
@@ -237,12 +375,19 @@ class ThrottledStore(ObjectStore):
             self.stats.requests += 1
         return self.inner.exists(key)
 
-    def list(self, prefix: str) -> list[str]:
+    def list(self, prefix: str, start_after: str | None = None) -> list[str]:
         """See ObjectStore.list."""
         self._cross(0)
         with self._lock:
             self.stats.requests += 1
-        return self.inner.list(prefix)
+        return self.inner.list(prefix, start_after)
+
+    def list_folders(self, prefix: str) -> list[str]:
+        """See ObjectStore.list_folders."""
+        self._cross(0)
+        with self._lock:
+            self.stats.requests += 1
+        return self.inner.list_folders(prefix)
 
     def delete(self, keys: list[str]) -> None:
         """See ObjectStore.delete."""

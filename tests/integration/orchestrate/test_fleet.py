@@ -1,6 +1,7 @@
 """A run joined only through S3: `fleetrl run create`, then the trainer and two regions as
 separate processes, each in its own work folder with its own cache, sharing nothing but a
-SeaweedFS bucket reached through the AWS_* variables."""
+SeaweedFS bucket reached through the AWS_* variables. One region keeps its own weight store
+(a relay copies each version into it once)."""
 
 from __future__ import annotations
 
@@ -49,6 +50,8 @@ def test_trainer_and_two_regions_share_only_an_s3_bucket(tmp_path, s3_server):
     processes = {"trainer": fleetrl(["trainer", "--store", url], *machines["trainer"])}
     for region in ("west", "east"):
         args = ["region", "--store", url, "--name", region]
+        if region == "east":  # east keeps its own weight store, fed by a relay
+            args += ["--regional-store", str(machines["east"][0] / "regional")]
         processes[region] = fleetrl(args, *machines[region])
     try:
         for name, process in processes.items():
@@ -72,3 +75,8 @@ def test_trainer_and_two_regions_share_only_an_s3_bucket(tmp_path, s3_server):
     assert store.exists("checkpoints/LATEST") and store.exists("control/stop")
     for region in ("west", "east"):
         assert not (machines[region][0] / "runs" / "fleet" / "metrics.jsonl").exists()
+    # East's engine followed its regional copy, which the relay fed from the origin.
+    regional = WeightStore(str(machines["east"][0] / "regional"))
+    assert regional.latest() is not None and regional.versions()
+    assert "relay-east" in WeightStore(store).followers()
+    assert "east" not in WeightStore(store).followers()  # its engine never read the origin

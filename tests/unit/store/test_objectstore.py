@@ -88,3 +88,29 @@ def test_create_is_a_conditional_write_one_of_many_creators_wins(location):
     assert won.count(True) == 1
     assert store.get("race") == str(won.index(True)).encode()
     assert store.list("control/") == ["control/claims/00001"]  # no temporary left behind
+
+
+def test_list_starts_after_a_key(location):
+    store = location.open()
+    keys = [f"t/{region}/{seq:04d}" for region in "ab" for seq in range(4)]
+    for key in keys:
+        store.put(key, b"x")
+    store.put("u/0000", b"x")
+    assert store.list("t/") == keys
+    assert store.list("t/a/", start_after="t/a/0001") == ["t/a/0002", "t/a/0003"]
+    assert store.list("t/", start_after="t/a/0003") == keys[4:]  # across folders
+    assert store.list("t/a/", start_after="t/a/00015") == ["t/a/0002", "t/a/0003"]  # no such key
+    assert store.list("t/a/", start_after="t/") == keys[:4]  # before the prefix: all
+    assert store.list("t/a/", start_after="t/a/0003") == []
+    assert ThrottledStore(store).list("t/b/", "t/b/0002") == ["t/b/0003"]
+
+
+def test_list_folders_one_level_down(location):
+    store = location.open()
+    assert store.list_folders("t/") == []
+    for key in ["t/b/0000", "t/a/0000", "t/a/0001", "t/a/deeper/0000", "t/file", "u/c/0000"]:
+        store.put(key, b"x")
+    assert store.list_folders("t/") == ["t/a/", "t/b/"]
+    assert store.list_folders("t/a/") == ["t/a/deeper/"]
+    assert store.list_folders("") == ["t/", "u/"]
+    assert ThrottledStore(store).list_folders("u/") == ["u/c/"]

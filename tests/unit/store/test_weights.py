@@ -96,8 +96,11 @@ class FailingStore(ObjectStore):
     def exists(self, key: str) -> bool:
         return self.inner.exists(key)
 
-    def list(self, prefix: str) -> list[str]:
-        return self.inner.list(prefix)
+    def list(self, prefix: str, start_after: str | None = None) -> list[str]:
+        return self.inner.list(prefix, start_after)
+
+    def list_folders(self, prefix: str) -> list[str]:
+        return self.inner.list_folders(prefix)
 
     def delete(self, keys: list[str]) -> None:
         self.inner.delete(keys)
