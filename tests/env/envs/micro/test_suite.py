@@ -3,31 +3,13 @@ and every test file executed in-process."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from fleetrl.envs.git import apply_patch
 from fleetrl.envs.micro import suite as micro
-from fleetrl.envs.suites import load_tasks
 from fleetrl.envs.testrun import run_pytest
 from fleetrl.envs.workspace import checkout
 from fleetrl.types import Task
-
-
-@pytest.fixture(autouse=True)
-def _cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("FLEETRL_CACHE", str(tmp_path / "cache"))
-
-
-@pytest.fixture(scope="module")
-def suite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Task]]:
-    # Module-scoped fixtures run before the autouse one: set the cache here too, or the
-    # records would point into the user's real cache.
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("FLEETRL_CACHE", str(tmp_path_factory.mktemp("cache")))
-        yield load_tasks(suite="micro")
 
 
 def test_every_task_patches_and_tests_check_out_in_process(
