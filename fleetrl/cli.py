@@ -318,6 +318,13 @@ def train(
         bool, typer.Option("--sync", help="Synchronous baseline (max_staleness 0).")
     ] = False,
     regions: Annotated[int, typer.Option(help="Rollout region processes.")] = 1,
+    launcher: Annotated[
+        str,
+        typer.Option(
+            help="local: processes on this machine; ray: Ray actors (RAY_ADDRESS selects a "
+            "cluster, else a local Ray starts)."
+        ),
+    ] = "local",
     runs_dir: Annotated[Path, typer.Option(help="Where run directories live.")] = Path("runs"),
     set_: SetOption = None,
 ) -> None:
@@ -330,12 +337,18 @@ def train(
     if (run_dir / "final").exists():
         raise fail(f"{run_dir} holds a finished run; choose another --name")
     from fleetrl.model.checkpoint import resolve_checkpoint
+
+    if launcher not in ("local", "ray"):
+        raise fail(f"--launcher must be local or ray, not {launcher!r}")
     from fleetrl.orchestrate.local import RunFailed, run_local
 
     if not (resolve_checkpoint(config.model.path) / "config.json").is_file():
         raise fail(f"model.path {config.model.path!r} is not a checkpoint directory")
     try:
-        summary = run_local(config, run_dir, regions=regions)
+        if launcher == "local":
+            summary = run_local(config, run_dir, regions=regions)
+        else:
+            summary = _train_on_ray(config, run_dir, regions)
     except RunFailed as err:
         raise fail(str(err)) from None
     for label, result in summary.items():
@@ -578,6 +591,20 @@ def status_command(
             f"{r.heartbeat_age_s:.0f} s ago",
         )
     Console().print(table)
+
+
+def _train_on_ray(config: RunConfig, run_dir: Path, regions: int) -> dict:
+    """`fleetrl train --launcher ray`: the run created in its store, roles as Ray actors,
+    then the same evaluation and report as the local launcher."""
+    from fleetrl.orchestrate.local import evaluate_and_report, prepare_run
+    from fleetrl.orchestrate.ray_launcher import RayMissing, run_ray
+
+    prepare_run(config, run_dir)
+    try:
+        run_ray(config, run_dir, regions=regions)
+    except RayMissing as err:
+        raise fail(str(err)) from None
+    return evaluate_and_report(config, run_dir)
 
 
 @app.command("eval")

@@ -193,12 +193,7 @@ def eval_record(result: EvalResult, model: str) -> EvalRecord:
 def run_local(config: RunConfig, run_dir: Path, regions: int = 1, progress: bool = True) -> dict:
     """Run training end to end; returns the evaluation summary (also in eval.json). A run
     whose store already holds it (a relaunch) resumes from the store."""
-    url = store_url(config.store.url, run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "logs").mkdir(exist_ok=True)
-    (run_dir / "config.toml").write_text(dump_config(config))
-    if not open_store(url).exists(CONFIG_KEY):
-        create_run(config, url)
+    url = prepare_run(config, run_dir)
     processes = [_Process("trainer", "trainer", run_dir / "logs" / "trainer.log")]
     processes += [
         _Process("region", f"region-{i}", run_dir / "logs" / f"region-{i}.log")
@@ -213,6 +208,18 @@ def run_local(config: RunConfig, run_dir: Path, regions: int = 1, progress: bool
             process.stop()
         processes[0].stop(timeout=5)
     return evaluate_and_report(config, run_dir, progress)
+
+
+def prepare_run(config: RunConfig, run_dir: Path) -> str:
+    """The run folder (logs/, the resolved config.toml) and the run in its store, created
+    unless the store holds it already (a relaunch resumes); returns the store's URL."""
+    url = store_url(config.store.url, run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "logs").mkdir(exist_ok=True)
+    (run_dir / "config.toml").write_text(dump_config(config))
+    if not open_store(url).exists(CONFIG_KEY):
+        create_run(config, url)
+    return url
 
 
 def evaluate_and_report(config: RunConfig, run_dir: Path, progress: bool = True) -> dict:

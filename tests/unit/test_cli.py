@@ -128,3 +128,8 @@ def test_run_commands_read_one_config_tree(tmp_path):
 def test_bench_weights_refuses_bad_learning_rates():
     bad = runner.invoke(app, ["bench", "weights", "--lrs", "fast"])
     assert bad.exit_code == 2 and "--lrs" in bad.output
+
+
+def test_train_refuses_an_unknown_launcher():
+    result = runner.invoke(app, ["train", "--launcher", "slurm"])
+    assert result.exit_code == 2 and "--launcher must be local or ray" in result.output
