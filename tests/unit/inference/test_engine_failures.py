@@ -12,32 +12,13 @@ import pytest
 import torch
 
 from fleetrl.inference.engine import Engine
-from fleetrl.model.checkpoint import init_model
-from fleetrl.model.config import ModelConfig
 from fleetrl.model.qwen3 import Qwen3
 from fleetrl.types import Completion, SamplingParams
+from tests.unit.inference.test_engine import VOCAB, tiny_model
 
 torch.set_num_threads(1)
-VOCAB = 300
 POISON = 7  # a prompt token the poisoned prefill refuses
 LONG = 40  # a prompt length; decode steps at positions >= LONG are refused
-
-
-def tiny_model(moe: bool = False) -> Qwen3:
-    config = ModelConfig(
-        vocab_size=VOCAB,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        num_experts=6 if moe else 0,
-        num_experts_per_tok=2,
-        moe_intermediate_size=32,
-        initializer_range=0.1,
-    )
-    return init_model(config, seed=0)
 
 
 def clean_prompts(n: int) -> list[list[int]]:
