@@ -168,3 +168,91 @@ def test_a_zombie_trainer_is_fenced_before_it_publishes(tmp_path, config_for):
     thread.join(timeout=120)
     assert isinstance(outcome[0], Fenced)
     assert weights.latest() == 0  # the zombie published nothing after the successor came
+
+
+def mixed_group(seed: int, oldest: int) -> list[Trajectory]:
+    """An informative group whose samples straddle a weight swap: tokens of `oldest` and
+    of `oldest + 1` (the oldest is what staleness counts)."""
+    trajectories = sampled_group(seed, oldest)
+    for t in trajectories:
+        versions = t.segments[0].versions
+        t.segments[0].versions = versions[:-2] + [oldest + 1] * 2
+    return trajectories
+
+
+def test_three_regions_with_slow_out_of_order_groups_never_exceed_the_bound(tmp_path, config_for):
+    # Two fast regions each hand in two groups per version (twice what a step trains, so a
+    # backlog builds and pending groups age between read and training); a slow region
+    # holds its groups back and hands them in newest first, versions behind. Checked from
+    # the regions' own log: no trained group lags the trained version by more than the bound.
+    bound, run = 1, tmp_path / "three"
+    config = config_for("three", 8, max_staleness=bound)
+    store = str(run / "store")
+    oldest: dict[str, int] = {}  # group id -> oldest sampled version, as each region wrote it
+    lock, done = threading.Lock(), threading.Event()
+
+    def hand_in(channel: TrajectoryChannel, name: str, group: list[Trajectory]) -> None:
+        record = channel.append(name, group, RegionReport(name, group[0].segments[0].versions[-1]))
+        with lock:
+            oldest[f"{name}/{record.seq}"] = min(
+                v for v in record.trajectories[0].segments[0].versions if v >= 0
+            )
+
+    def fast(name: str, seed: int) -> None:
+        channel, weights, seen = TrajectoryChannel(store), WeightStore(store), -1
+        while not done.is_set():
+            version = weights.latest()
+            if version is not None and version != seen:
+                seen = version
+                for _ in range(2):
+                    seed += 1
+                    hand_in(channel, name, sampled_group(seed, version))
+            time.sleep(0.02)
+
+    def slow() -> None:
+        channel, weights, held, seed = TrajectoryChannel(store), WeightStore(store), [], 10_000
+        while not done.is_set():
+            version = weights.latest()
+            if version is not None and (not held or held[-1][0] < version):
+                seed += 1
+                held.append((version, mixed_group(seed, version)))
+            if len(held) == 3:  # newest first: out of order, the oldest two versions behind
+                for _, group in reversed(held):
+                    hand_in(channel, "slow", group)
+                held = []
+            time.sleep(0.02)
+
+    regions = [
+        threading.Thread(target=fast, args=("east", 0)),
+        threading.Thread(target=fast, args=("west", 5_000)),
+        threading.Thread(target=slow),
+    ]
+    for region in regions:
+        region.start()
+    try:
+        run_trainer(config, run, poll_s=0.05)
+    finally:
+        done.set()
+        for region in regions:
+            region.join(timeout=30)
+
+    records = train_records(run)
+    assert [r["step"] for r in records] == list(range(1, 9))
+    for record in records:
+        trained_against = record["version"] - 1
+        for group in record["group_ids"] + record["skipped_group_ids"]:
+            assert trained_against - oldest[group] <= bound, (group, record["step"])
+        assert len(record["staleness_hist"]) - 1 <= bound
+    # The bound was enforced, not vacuous: groups came from all three regions, some were
+    # read fresh and dropped later (aged while pending), and slow ones were dropped.
+    trained = {g.split("/")[0] for r in records for g in r["group_ids"]}
+    assert trained >= {"east", "west"}
+    dropped = [g for r in records for g in r["dropped_group_ids"]]
+    pending_before = {g for r in records[:-1] for g in r["pending_group_ids"]}
+    assert pending_before & set(dropped), "no pending group aged past the bound"
+    assert any(g.startswith("slow/") for g in dropped)
+    assert_exactly_once(records, set(records[-1]["pending_group_ids"]) | {
+        g for r in records for k in ("group_ids", "skipped_group_ids", "dropped_group_ids")
+        for g in r[k]
+    })  # fmt: skip
+    assert set(oldest) >= {g for r in records for g in r["group_ids"]}
