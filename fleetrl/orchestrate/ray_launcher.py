@@ -22,9 +22,12 @@ crashes within a window instead). A trainer fenced off by a newer one returns FE
 a result, not a crash, so it is not retried and fails the launch. After the trainer's last
 step, regions get REGION_STOP_S to see the stop signal and exit, then they are killed.
 
+Credentials: the launcher's AWS_* variables travel to every actor (its runtime_env), so the
+roles reach the store as the launcher does; a node's own AWS_* settings are overridden.
+
 Not covered: GPUs (roles request CPUs only, and Ray hides GPUs from an actor that requests
-none), installing fleetrl on the nodes and their AWS_* credentials (each node's own
-environment), evaluation and the report (the caller's step, as after the local launcher).
+none), installing fleetrl on the nodes, evaluation and the report (the caller's step, as
+after the local launcher).
 """
 
 from __future__ import annotations
@@ -103,6 +106,12 @@ class Role:
         return region_role(self.url, self.region, self.workdir)
 
 
+def store_credentials(environ: Mapping[str, str]) -> dict[str, str]:
+    """The launcher's AWS_* variables (keys, region, endpoint), which each role needs to
+    reach an S3 store from whichever node it lands on."""
+    return {key: value for key, value in environ.items() if key.startswith("AWS_")}
+
+
 def import_ray() -> ModuleType:
     """The `ray` module, or RayMissing when the optional extra is not installed."""
     try:
@@ -176,6 +185,8 @@ def _start_roles(
     role = ray.remote(max_restarts=MAX_RESTARTS, max_task_retries=MAX_RESTARTS)(Role)
     # A second concurrent call, so that `pid` answers while `run` works.
     common = {"namespace": namespace(config.name), "max_concurrency": 2}
+    if credentials := store_credentials(os.environ):
+        common["runtime_env"] = {"env_vars": credentials}
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
     actors: dict[str, ActorHandle] = {}
     try:

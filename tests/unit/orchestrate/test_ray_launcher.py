@@ -5,7 +5,12 @@ import sys
 import pytest
 
 from fleetrl.config import load_config
-from fleetrl.orchestrate.ray_launcher import RayMissing, region_placements, run_ray
+from fleetrl.orchestrate.ray_launcher import (
+    RayMissing,
+    region_placements,
+    run_ray,
+    store_credentials,
+)
 
 
 def test_regions_take_the_cluster_s_declared_region_resources_in_name_order():
@@ -33,3 +38,11 @@ def test_without_ray_the_launcher_says_how_to_install_it(monkeypatch, tmp_path):
     with pytest.raises(RayMissing, match=r"pip install 'fleetrl\[ray\]'"):
         run_ray(load_config(), tmp_path / "run")
     assert not (tmp_path / "run").exists()
+
+
+def test_the_launcher_s_aws_credentials_travel_to_the_actors():
+    environ = {"AWS_ACCESS_KEY_ID": "k", "AWS_ENDPOINT_URL": "http://s3:8333", "HOME": "/root"}
+    assert store_credentials(environ) == {
+        "AWS_ACCESS_KEY_ID": "k",
+        "AWS_ENDPOINT_URL": "http://s3:8333",
+    }
