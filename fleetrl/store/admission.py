@@ -6,10 +6,14 @@
               (`may_start`)
 
 The budget is the staleness gate's, fleet-wide: with B samples per optimizer step and
-bound O, at trainer version v at most (v + O + 1) × B + dropped samples may be handed in or
+bound O, after s steps at most (s + O + 1) × B + dropped samples may be handed in or
 running, whatever the number of regions: every admitted sample is due for training within
-O versions of the weights that start it. With O = 0 and one region it is the synchronous
-loop: a whole batch at version v, then nothing until v + 1 is published.
+O steps of the weights that start it. With O = 0 and one region it is the synchronous
+loop: a whole batch at version v, then nothing until v + 1 is published. Samples are
+counted per group at the configured group size, on both sides, even when a group lost
+episodes that failed: a region hands in whole groups of the budget. Steps, not versions:
+a resumed trainer publishes above the store's newest version (`trainer.loop`), and that
+jump trains nothing, so it must not widen the budget.
 A grant is cumulative and never shrinks while its region is alive, so a region can never
 find itself over budget because the trainer's view of it lagged. What is not yet granted
 is shared equally among live regions (heartbeat younger than `ttl_s`); a region whose
@@ -41,9 +45,10 @@ class Heartbeat:
     failed_episodes: int = 0  # episodes that raised, ever
 
 
-def fleet_budget(version: int, max_staleness: int, batch: int, dropped: int) -> int:
-    """Samples the whole fleet may have handed in or running at trainer `version`."""
-    return (version + max_staleness + 1) * batch + dropped
+def fleet_budget(steps: int, max_staleness: int, batch: int, dropped: int) -> int:
+    """Samples the whole fleet may have handed in or running after `steps` optimizer steps,
+    `dropped` of them in groups dropped as too stale (group size each)."""
+    return (steps + max_staleness + 1) * batch + dropped
 
 
 def may_start(

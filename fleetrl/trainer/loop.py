@@ -52,6 +52,7 @@ class TrainerState:
     cursor: dict[str, int] = field(default_factory=dict)  # channel: region -> last seq read
     trained_samples: int = 0
     dropped_samples: int = 0  # samples of groups dropped as too stale
+    dropped_groups: int = 0  # those groups (the admission budget counts whole groups)
     skipped_groups: int = 0  # groups without reward variance (no signal)
     incarnation: int = 0  # this process's start count in the run (store.control)
 
@@ -179,6 +180,7 @@ def _gather(
             if staleness(record, state.version) > tc.max_staleness:
                 dropped.append(record)
                 state.dropped_samples += len(record.trajectories)
+                state.dropped_groups += 1
             else:
                 kept.append(record)
         pending = kept
@@ -209,6 +211,6 @@ def _report_progress(
     batch = tc.groups_per_step * group_size
     hand_out(
         store,
-        fleet_budget(state.version, tc.max_staleness, batch, state.dropped_samples),
+        fleet_budget(state.step, tc.max_staleness, batch, state.dropped_groups * group_size),
         group_size,
     )

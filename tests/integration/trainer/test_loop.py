@@ -94,6 +94,7 @@ def test_stale_groups_are_dropped_and_counted(tmp_path, config_for):
     feed(tmp_path, "stale", range(4, 6), version=1)  # current: trained
     state = run_trainer(config_for("stale", 2, max_staleness=0), tmp_path / "stale")
     assert state.dropped_samples == 4 and state.trained_samples == 8
+    assert state.dropped_groups == 2  # given back to the admission budget in whole groups
     last = [json.loads(line) for line in (tmp_path / "stale" / "metrics.jsonl").open()][-2]
     assert last["kind"] == "train" and last["staleness_hist"] == [4]
 

@@ -24,8 +24,8 @@ def beat(name: str, submitted: int = 0, in_flight: int = 0, time: float = 100.0)
 
 
 def test_budget_is_the_gate_formula_fleet_wide():
-    assert fleet_budget(version=0, max_staleness=1, batch=96, dropped=0) == 192
-    assert fleet_budget(version=3, max_staleness=0, batch=16, dropped=8) == 72
+    assert fleet_budget(steps=0, max_staleness=1, batch=96, dropped=0) == 192
+    assert fleet_budget(steps=3, max_staleness=0, batch=16, dropped=8) == 72
 
 
 def test_free_budget_is_shared_equally_in_whole_groups():
