@@ -75,8 +75,9 @@ class RolloutSection(_Section):
     max_concurrent_groups: int = Field(8, ge=1)
     """Groups a region runs at once (C of the admission gate)."""
     temperature: float = Field(1.0, ge=0)
-    """Sampling temperature of rollouts and evaluations (0: greedy, for evaluation only:
-    its logprobs are those of temperature 1)."""
+    """Sampling temperature of rollouts and evaluations; the trainer computes its logprobs
+    at the temperature each segment was sampled at. 0: greedy, for evaluation only (its
+    logprobs are those of temperature 1; the trainer refuses it)."""
     sandbox_backend: Literal["bwrap", "local"] = "bwrap"
     """Where tools run: `bwrap` (isolated); `local` only for development."""
     sandbox_wall_s: float = Field(30.0, gt=0)
@@ -95,9 +96,22 @@ class RolloutSection(_Section):
 
 class TrainerSection(_Section):
     steps: int = Field(40, ge=1)
-    """Optimizer steps (= policy versions published after the first)."""
+    """Trainer steps: one batch each, and one policy version published after each (with
+    `minibatches` > 1 a step takes that many optimizer steps)."""
     groups_per_step: int = Field(12, ge=1)
-    """Groups per optimizer step (P); a batch is P x group_size samples."""
+    """Groups per step (P); a batch is P x group_size samples."""
+    minibatches: int = Field(1, ge=1)
+    """PPO minibatches per batch: the proximal logprobs are computed once, then each part
+    takes its own optimizer step, so from the second on the ratio π_θ/π_prox moves away
+    from 1 and the clip acts. 1: one update per batch (the ratio stays 1)."""
+    dynamic_sampling: bool = True
+    """Fill each batch with groups that carry signal (reward variance): groups without it
+    are skipped as they arrive, counted, and given back to the admission budget (DAPO).
+    Off: a step takes the next P groups and trains on those with signal."""
+    max_skip_batches: int = Field(2, ge=1)
+    """With dynamic sampling, a step skips at most this many x P groups without signal,
+    then trains on the informative groups it has (fewer than P, or none), so a policy
+    that fails or solves every task still steps."""
     max_staleness: int = Field(1, ge=0)
     """Versions a token may lag the trainer; older groups are dropped (0: synchronous)."""
     lr: float = Field(4e-5, gt=0)

@@ -113,6 +113,9 @@ class Segment:
     versions: list[int]  # policy version that sampled the token; -1 where loss_mask is 0
     # MoE only: experts per position as the engine last routed it, [pos][moe_layer][top_k].
     routed_experts: list[list[list[int]]] | None = None
+    # SamplingParams.temperature of the sampled tokens (0: greedy, their logprobs are then
+    # at temperature 1); the trainer recomputes logprobs of logits / temperature.
+    temperature: float = 1.0
 
 
 @dataclass

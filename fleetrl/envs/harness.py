@@ -7,9 +7,9 @@
 
 `run_episode` drives a token-level policy (the Engine, or anything with its `generate`):
 token in, token out. The trajectory holds the exact ids the policy sampled with their
-logprobs, versions and MoE routing; prompt and tool-result tokens are in the same sequence
-with loss_mask 0. Nothing is re-tokenised: tool results are appended with
-`encode_continuation`, never by re-rendering the model's own reply.
+logprobs, versions, MoE routing and sampling temperature; prompt and tool-result tokens
+are in the same sequence with loss_mask 0. Nothing is re-tokenised: tool results are
+appended with `encode_continuation`, never by re-rendering the model's own reply.
 
 `run_episode_openai` drives any OpenAI-compatible chat endpoint (for evaluation of models
 served elsewhere); it runs the same tools but records no tokens.
@@ -85,12 +85,13 @@ def neutralise_specials(text: str, tokenizer: Tokenizer) -> str:
 class _SegmentBuilder:
     """Accumulates one context window's ids with their per-position annotations."""
 
-    def __init__(self, prompt_ids: list[int]) -> None:
+    def __init__(self, prompt_ids: list[int], temperature: float) -> None:
         self.segment = Segment(
             token_ids=list(prompt_ids),
             loss_mask=[0] * len(prompt_ids),
             logprobs=[0.0] * len(prompt_ids),
             versions=[-1] * len(prompt_ids),
+            temperature=temperature,
         )
         self.fed = len(prompt_ids)  # positions the policy has processed
 
@@ -160,7 +161,8 @@ async def run_episode(
     with this mean (p99 ~10x the median), like slow test suites and remote tools."""
     start = time.monotonic()
     tools = TOOL_SPECS if config.describe_tools else None
-    builder = _SegmentBuilder(encode_chat(tokenizer, task_prompt(task, config), tools))
+    prompt_ids = encode_chat(tokenizer, task_prompt(task, config), tools)
+    builder = _SegmentBuilder(prompt_ids, sampling.temperature)
     log: list[ToolRecord] = []
     turns = sampled = tool_errors = 0
     reason = "max_turns"

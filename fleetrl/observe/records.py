@@ -35,10 +35,10 @@ class TrainRecord:
     correction_truncated_frac: float | None = None  # fraction: weights cut at the TIS cap
     correction_masked_frac: float | None = None  # fraction: tokens masked by MIS
     clip_frac: float | None = None  # fraction: tokens whose ratio π_θ/π_prox was clipped
-    ratio_mean: float | None = None  # mean ratio π_θ/π_prox (1 when updated once per batch)
+    ratio_mean: float | None = None  # mean ratio π_θ/π_prox (1 when trainer.minibatches = 1)
     loss_tokens: float | None = None  # count: tokens that carried loss after the correction
-    loss: float | None = None  # the policy loss, summed over micro-batches
-    grad_norm: float | None = None  # global gradient norm before clipping
+    loss: float | None = None  # the policy loss: mean over minibatches of each one's loss
+    grad_norm: float | None = None  # global gradient norm before clipping, mean over minibatches
     entropy: float | None = None  # nats/token: entropy of the trainer's distribution
     advantage_mean: float | None = None  # mean advantage of the trained segments
     advantage_abs_mean: float | None = None  # mean |advantage|: the signal's strength
@@ -47,8 +47,8 @@ class TrainRecord:
     train_sequences: float | None = None  # count: segments trained on
     step_s: float | None = None  # s: forward, backward and optimizer step
     version: int  # the policy version this step published
-    reward: float  # mean reward of the batch's trajectories
-    pass_rate: float  # fraction of the batch's trajectories with reward >= 1
+    reward: float  # mean reward of the trajectories of every group the step used (skipped too)
+    pass_rate: float  # fraction of those trajectories with reward >= 1
     staleness_hist: list[int]  # trajectories at 0, 1, 2, … versions behind at training
     staleness_mean: float  # versions: mean staleness of the batch's groups
     dropped_samples: int  # trajectories dropped as too stale, since the run began
@@ -65,7 +65,8 @@ class TrainRecord:
     # these lists once (ids "region/seq" of the trajectory channel).
     incarnation: int  # the trainer's start count (1 for the first process of the run)
     group_ids: list[str]  # groups trained in this step
-    skipped_group_ids: list[str]  # groups of this step's batch without reward variance
+    skipped_group_ids: list[str]  # groups without reward variance: in the batch, or kept
+    # out of it by dynamic sampling (trainer.dynamic_sampling)
     dropped_group_ids: list[str]  # groups dropped since the previous step: too stale
     pending_group_ids: list[str]  # groups read but not trained yet, after this step
 

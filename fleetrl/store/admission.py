@@ -47,7 +47,8 @@ class Heartbeat:
 
 def fleet_budget(steps: int, max_staleness: int, batch: int, dropped: int) -> int:
     """Samples the whole fleet may have handed in or running after `steps` optimizer steps,
-    `dropped` of them in groups dropped as too stale (group size each)."""
+    `dropped` of them in groups the trainer did not train: dropped as too stale, or kept
+    out of a batch for lack of reward variance (group size each)."""
     return (steps + max_staleness + 1) * batch + dropped
 
 

@@ -8,7 +8,8 @@ A group is N samples of one task drawn from (nearly) the same policy. The estima
 - `rloo`: A = r - mean(other samples) = (r - mean) * N / (N - 1), leave-one-out baseline.
 
 A group whose rewards are all equal carries no signal (every advantage is 0); such groups
-are reported so the caller can skip them (DAPO's dynamic sampling) and count them.
+are reported (`has_signal`) so the caller can skip them (DAPO's dynamic sampling) and
+count them.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ def group_advantages(
     if rewards.numel() < 2:
         raise ValueError("a group needs at least 2 samples")
     centred = rewards - rewards.mean()
-    informative = bool(centred.abs().max() > eps)
+    informative = has_signal(rewards, eps)
     if estimator == "drgrpo":
         return centred, informative
     if estimator == "grpo":
@@ -36,3 +37,9 @@ def group_advantages(
         n = rewards.numel()
         return centred * n / (n - 1), informative
     raise ValueError(f"unknown advantage estimator {estimator!r}: drgrpo, grpo or rloo")
+
+
+def has_signal(rewards: torch.Tensor, eps: float = 1e-6) -> bool:
+    """Whether a group's rewards [N] differ, so some advantage is non-zero under every
+    estimator: the test dynamic sampling fills batches with."""
+    return bool((rewards - rewards.mean()).abs().max() > eps)

@@ -1,6 +1,8 @@
 """The trainer process: groups in from the store, policy versions out to the store.
 
-    ┌─▶ gather P groups (cursor; groups staler than max_staleness dropped and counted)
+    ┌─▶ gather P groups (cursor; groups staler than max_staleness dropped, groups without
+    │   reward variance skipped (dynamic sampling), both counted and given back to the
+    │   admission budget)
     │        ─▶ train_step ─▶ version v+1 ─▶ publish (full every K, else delta)
     │        ─▶ progress for regions' admission ─▶ metrics ─▶ checkpoint every N
     └──────────────────────────────────────────────────────────────┘
@@ -11,6 +13,10 @@ checkpoint (in the store: `trainer.checkpoints`) holds the model, the optimizer,
 states, the step, the version, the channel cursor and the groups read but not yet trained,
 so a restarted trainer, on this machine or another, resumes exactly: no group lost, none
 trained twice in the lineage that survives. The model trains and publishes in float32.
+
+A step is one batch: it publishes one version and logs one `train` record, whatever the
+number of optimizer steps (`trainer.minibatches`) it takes; `TrainerState.step`, the
+ledger and the checkpoints count steps.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from fleetrl.config import RunConfig
+from fleetrl.config import ConfigError, RunConfig
 from fleetrl.model.checkpoint import load_pretrained, resolve_checkpoint, save_pretrained
 from fleetrl.model.tokenizer import Tokenizer
 from fleetrl.observe.metrics import MetricsLogger
@@ -38,6 +44,7 @@ from fleetrl.store.control import (
 from fleetrl.store.objectstore import ObjectStore
 from fleetrl.store.trajectories import GroupRecord, TrajectoryChannel, decode_record, encode_record
 from fleetrl.store.weights import WeightStore, WeightStoreOptions
+from fleetrl.trainer.advantages import has_signal
 from fleetrl.trainer.checkpoints import load_checkpoint, save_checkpoint
 from fleetrl.trainer.metrics import RunCounters, StepTiming, ledger, sync_record, train_record
 from fleetrl.trainer.step import samples_from_groups, train_step
@@ -47,13 +54,14 @@ from fleetrl.trainer.step import samples_from_groups, train_step
 class TrainerState:
     """Everything besides tensors that an exact resume needs."""
 
-    step: int = 0  # optimizer steps done
+    step: int = 0  # steps (batches) done
     version: int = 0  # policy version of the current weights
     cursor: dict[str, int] = field(default_factory=dict)  # channel: region -> last seq read
-    trained_samples: int = 0
+    trained_samples: int = 0  # samples of the groups that made up batches
     dropped_samples: int = 0  # samples of groups dropped as too stale
     dropped_groups: int = 0  # those groups (the admission budget counts whole groups)
     skipped_groups: int = 0  # groups without reward variance (no signal)
+    filtered_groups: int = 0  # of those, kept out of batches by dynamic sampling
     incarnation: int = 0  # this process's start count in the run (store.control)
 
 
@@ -82,6 +90,11 @@ def make_optimizer(
 def run_trainer(config: RunConfig, run_dir: Path, poll_s: float = 0.2) -> TrainerState:
     """Train for `config.trainer.steps` steps, publishing every version; returns the state."""
     tc = config.trainer
+    if config.rollout.temperature == 0:
+        raise ConfigError(
+            "rollout.temperature: 0 (greedy) is for evaluation; RL trains on sampled "
+            "tokens, set it above 0"
+        )
     torch.set_num_threads(tc.threads)
     torch.manual_seed(tc.seed)
     random.seed(tc.seed)
@@ -99,14 +112,18 @@ def run_trainer(config: RunConfig, run_dir: Path, poll_s: float = 0.2) -> Traine
     logger = MetricsLogger(run_dir / "metrics.jsonl")
     step_start = time.monotonic()
     while state.step < tc.steps:
-        pending, dropped, wait_s = _gather(channel, weights.store, state, pending, config, poll_s)
+        gathered = _gather(channel, weights.store, state, pending, config, poll_s)
+        pending, dropped, filtered, wait_s = gathered
         batch, pending = pending[: tc.groups_per_step], pending[tc.groups_per_step :]
-        samples, skipped = samples_from_groups([r.trajectories for r in batch], tc.advantage)
+        samples, silent = samples_from_groups([r.trajectories for r in batch], tc.advantage)
         metrics = train_step(model, optimizer, samples, tc, reference) if samples else {}
+        skipped = filtered + [batch[i] for i in silent]
+        trained = [r for i, r in enumerate(batch) if i not in silent]
+        consumed = batch + filtered  # the step's groups, for its reward and staleness
         # Staleness as trained: against the version these weights had before the step.
-        ages = [staleness(r, state.version) for r in batch]
+        ages = [staleness(r, state.version) for r in consumed]
         state.step, state.version = state.step + 1, state.version + 1
-        state.skipped_groups += len(skipped)
+        state.skipped_groups += len(silent)
         state.trained_samples += sum(len(r.trajectories) for r in batch)
         check_fence(weights.store, state.incarnation)  # a newer trainer took over: stop
         publish_start = time.monotonic()
@@ -117,10 +134,10 @@ def run_trainer(config: RunConfig, run_dir: Path, poll_s: float = 0.2) -> Traine
         scale = float(model.model.norm.weight.detach().mean())
         timing = StepTiming(wait_s, publish_s, wall_s)
         counters = RunCounters(state.version, state.dropped_samples, state.skipped_groups)
-        books = ledger(state.incarnation, batch, skipped, dropped, pending)
-        record = train_record(batch, ages, metrics, counters, timing, scale, books)
+        books = ledger(state.incarnation, trained, skipped, dropped, pending)
+        record = train_record(consumed, ages, metrics, counters, timing, scale, books)
         logger.log_record(state.step, record)
-        logger.log_record(state.version, sync_record(published, batch))
+        logger.log_record(state.version, sync_record(published, consumed))
         if state.step % tc.checkpoint_every == 0 or state.step == tc.steps:
             saved = [encode_record(r) for r in pending]
             save_checkpoint(weights.store, state.step, model, optimizer, asdict(state), saved)
@@ -165,15 +182,17 @@ def _gather(
     pending: list[GroupRecord],
     config: RunConfig,
     poll_s: float,
-) -> tuple[list[GroupRecord], list[GroupRecord], float]:
+) -> tuple[list[GroupRecord], list[GroupRecord], list[GroupRecord], float]:
     """Read groups until a batch of fresh ones is pending. Every pending group is checked
     against the version about to be trained, not only when read: a group left over from an
     earlier step (or a checkpoint) may have aged past max_staleness since. Too-stale groups
-    are dropped and counted. Returns the pending groups, the dropped ones, the seconds
+    are dropped and counted. With dynamic sampling, groups without reward variance are
+    skipped (counted) until P informative ones are pending or `max_skip_batches` x P were
+    skipped. Returns the pending groups, the dropped ones, the skipped ones, the seconds
     waited."""
     tc = config.trainer
     start = time.monotonic()
-    pending, dropped = list(pending), []
+    pending, dropped, skipped = list(pending), [], []
     while True:
         kept = []
         for record in pending:
@@ -181,11 +200,17 @@ def _gather(
                 dropped.append(record)
                 state.dropped_samples += len(record.trajectories)
                 state.dropped_groups += 1
+            elif tc.dynamic_sampling and not _has_signal(record):
+                skipped.append(record)
+                state.skipped_groups += 1
+                state.filtered_groups += 1
             else:
                 kept.append(record)
         pending = kept
         if len(pending) >= tc.groups_per_step:
-            return pending, dropped, time.monotonic() - start
+            return pending, dropped, skipped, time.monotonic() - start
+        if len(skipped) >= tc.max_skip_batches * tc.groups_per_step:
+            return pending, dropped, skipped, time.monotonic() - start
         fresh = channel.read_new(state.cursor)
         pending += fresh
         if not fresh:
@@ -193,11 +218,18 @@ def _gather(
             time.sleep(poll_s)
 
 
+def _has_signal(record: GroupRecord) -> bool:
+    """Whether a group's rewards differ (`fleetrl.trainer.advantages.has_signal`)."""
+    return has_signal(torch.tensor([t.reward for t in record.trajectories]))
+
+
 def _report_progress(
     store: ObjectStore, state: TrainerState, config: RunConfig, waiting_s: float
 ) -> None:
     """Tell the regions where training stands and hand out the fleet's admission budget
-    (`fleetrl.store.admission`)."""
+    (`fleetrl.store.admission`). Groups dropped as too stale or skipped by dynamic sampling
+    never take a place in a batch: their samples are given back, or the budget would
+    shrink by them for good."""
     progress = Progress(
         state.version,
         state.trained_samples,
@@ -209,8 +241,5 @@ def _report_progress(
     write_progress(store, progress)
     tc, group_size = config.trainer, config.rollout.group_size
     batch = tc.groups_per_step * group_size
-    hand_out(
-        store,
-        fleet_budget(state.step, tc.max_staleness, batch, state.dropped_groups * group_size),
-        group_size,
-    )
+    returned = (state.dropped_groups + state.filtered_groups) * group_size
+    hand_out(store, fleet_budget(state.step, tc.max_staleness, batch, returned), group_size)

@@ -5,8 +5,9 @@ Three policies meet in one token's loss (AReaL's decoupled PPO):
 - behaviour μ: the engine that sampled the token (its logprob travels with the token; it
   may be several versions old, and even at the same version differs slightly from the
   trainer's numerics);
-- proximal π_prox: the trainer's weights before this update, recomputed on the exact
-  sampled tokens (with the engine's MoE routing replayed);
+- proximal π_prox: the trainer's weights at the start of the step (before its first
+  minibatch's update), recomputed on the exact sampled tokens (with the engine's MoE
+  routing replayed);
 - π_θ: the weights being optimised.
 
     ratio r = π_θ / π_prox                      (clipped, asymmetric: [1 - ε_low, 1 + ε_high])
@@ -15,8 +16,9 @@ Three policies meet in one token's loss (AReaL's decoupled PPO):
        MIS: w = w if 1/C <= w <= C else 0      (mask the token)
     loss_token = -w · min(r·A, clip(r)·A)  [+ β · k3(π_ref, π_θ)]
 
+All logprobs are at the temperature the tokens were sampled at (`fleetrl.trainer.step`).
 The loss is a sum over tokens divided by `normalizer`, which the caller sets for the whole
-batch so that micro-batches accumulate to the same gradient: Dr. GRPO ("seq_sum_norm")
+minibatch so that micro-batches accumulate to the same gradient: Dr. GRPO ("seq_sum_norm")
 divides by samples x a fixed `norm_tokens` (long and short answers are not re-weighted by
 their length); "token_mean" (DAPO) divides by the batch's loss tokens.
 
@@ -42,7 +44,7 @@ class LossOutput:
 
 
 def loss_normalizer(config: TrainerSection, samples: int, loss_tokens: int) -> float:
-    """The denominator of the whole batch's loss (see the module docstring)."""
+    """The denominator of a whole minibatch's loss (see the module docstring)."""
     if config.aggregation == "seq_sum_norm":
         return float(samples * config.norm_tokens)
     if config.aggregation == "token_mean":

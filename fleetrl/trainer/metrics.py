@@ -34,7 +34,7 @@ class Ledger:
 
     incarnation: int  # the trainer's start count
     trained: list[str]  # batch groups with signal
-    skipped: list[str]  # batch groups without reward variance
+    skipped: list[str]  # groups without reward variance (in the batch or kept out of it)
     dropped: list[str]  # dropped as too stale since the previous step
     pending: list[str]  # read, not trained yet
 
@@ -46,16 +46,16 @@ def group_id(record: GroupRecord) -> str:
 
 def ledger(
     incarnation: int,
-    batch: list[GroupRecord],
-    skipped: list[int],
+    trained: list[GroupRecord],
+    skipped: list[GroupRecord],
     dropped: list[GroupRecord],
     pending: list[GroupRecord],
 ) -> Ledger:
-    """The ledger of one step (`skipped`: indices into `batch`)."""
+    """The ledger of one step, by group id."""
     return Ledger(
         incarnation,
-        trained=[group_id(r) for i, r in enumerate(batch) if i not in skipped],
-        skipped=[group_id(batch[i]) for i in skipped],
+        trained=[group_id(r) for r in trained],
+        skipped=[group_id(r) for r in skipped],
         dropped=[group_id(r) for r in dropped],
         pending=[group_id(r) for r in pending],
     )
@@ -70,7 +70,7 @@ def histogram(values: list[int]) -> list[int]:
 
 
 def train_record(
-    batch: list[GroupRecord],
+    consumed: list[GroupRecord],
     ages: list[int],
     step_metrics: dict[str, float],
     counters: RunCounters,
@@ -79,12 +79,13 @@ def train_record(
     books: Ledger,
 ) -> TrainRecord:
     """The "train" record of one step: `train_step`'s metrics (none when no group had
-    signal), the batch's rewards and staleness (`ages`: per group), the loop's timing and
-    the step's ledger."""
-    trajectories = [t for record in batch for t in record.trajectories]
+    signal), the rewards and staleness (`ages`: per group) of the groups the step consumed
+    (its batch and the groups dynamic sampling skipped, so the reward curve is not
+    flattered by the filter), the loop's timing and the step's ledger."""
+    trajectories = [t for record in consumed for t in record.trajectories]
     rewards = [t.reward for t in trajectories]
     tokens = sum(sum(s.loss_mask) for t in trajectories for s in t.segments)
-    sample_ages = [age for age, r in zip(ages, batch, strict=True) for _ in r.trajectories]
+    sample_ages = [age for age, r in zip(ages, consumed, strict=True) for _ in r.trajectories]
     return TrainRecord(
         **step_metrics,
         version=counters.version,

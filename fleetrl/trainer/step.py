@@ -1,11 +1,17 @@
-"""One optimizer step on a batch of groups: the algorithm in one place.
+"""One trainer step on a batch of groups: the algorithm in one place.
 
     groups of trajectories ─▶ group advantages (skip groups without signal)
         ─▶ segments as padded sequences (inputs, targets, loss mask, behaviour logprobs,
-           replayed MoE experts)
-        ─▶ forward with router replay ─▶ logprobs of the exact sampled tokens
-           (π_prox = these, detached: one update per batch, so π_θ starts at π_prox)
-        ─▶ corrected policy loss ─▶ backward (micro-batches accumulate) ─▶ clip ─▶ AdamW
+           sampling temperature, replayed MoE experts)
+        ─▶ π_prox: logprobs of the exact sampled tokens at the current weights, once,
+           before any update (with one minibatch: the first forward's, detached)
+        ─▶ per minibatch: forward with router replay ─▶ corrected policy loss
+           ─▶ backward (micro-batches accumulate) ─▶ clip ─▶ AdamW
+
+Logprobs are those of logits / T, T the temperature each segment was sampled at (greedy
+segments, T = 0, at T = 1: the temperature the engine reports their logprobs at), so
+importance weights, the KL term and the entropy are of the distribution that sampled. The
+engine's top-k / top-p truncation is not replayed: RL samples with both off.
 
 The model trains in float32 (its own master weights); serving casts are made when a version
 is published. Shapes: B sequences, T positions.
@@ -56,6 +62,7 @@ class SequenceBatch:
     mask: torch.Tensor  # [B, T] 1 where the target was sampled by the policy
     behaviour: torch.Tensor  # [B, T] behaviour logprob of the target (0 where mask is 0)
     advantages: torch.Tensor  # [B]
+    temperature: torch.Tensor  # [B] the logits' divisor: each segment's sampling temperature
     routed_experts: torch.Tensor | None  # [B, T, L_moe, k] engine routing of the inputs
 
 
@@ -102,26 +109,65 @@ def collate(samples: list[TrainSample], pad_id: int = 0) -> SequenceBatch:
                 raise ValueError("an MoE batch needs routed experts on every segment")
             routed[b, :n] = torch.tensor(seg.routed_experts[:-1])
     advantages = torch.tensor([s.advantage for s in samples], dtype=torch.float32)
-    return SequenceBatch(inputs, targets, mask, behaviour, advantages, routed)
+    temps = [s.segment.temperature or 1.0 for s in samples]  # greedy: logprobs at T = 1
+    temperature = torch.tensor(temps, dtype=torch.float32)
+    return SequenceBatch(inputs, targets, mask, behaviour, advantages, temperature, routed)
 
 
 def token_logprobs(
-    model: Qwen3,
-    inputs: torch.Tensor,
-    targets: torch.Tensor,
-    routed: torch.Tensor | None,
-    bf16: bool = False,
+    model: Qwen3, batch: SequenceBatch, bf16: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """log π(target | prefix) [B, T] with the engine's routing replayed, and the entropy
-    of each position's distribution [B, T] (no gradient); `bf16`: matmuls under autocast."""
+    """log π(target | prefix) [B, T] at each segment's sampling temperature, with the
+    engine's routing replayed, and the entropy of each position's distribution [B, T] (no
+    gradient); `bf16`: matmuls under autocast."""
+    inputs = batch.inputs
     with torch.autocast(inputs.device.type, dtype=torch.bfloat16, enabled=bf16):
-        logits = model(inputs, routed_experts=routed).logits
-    logits = logits.float()
+        logits = model(inputs, routed_experts=batch.routed_experts).logits
+    logits = logits.float() / batch.temperature.to(inputs.device)[:, None, None]
     logprobs = torch.log_softmax(logits, dim=-1)
-    chosen = logprobs.gather(-1, targets[..., None]).squeeze(-1)
+    chosen = logprobs.gather(-1, batch.targets[..., None]).squeeze(-1)
     with torch.no_grad():
         entropy = -(logprobs.exp() * logprobs).sum(-1)
     return chosen, entropy
+
+
+@dataclass
+class MicroBatch:
+    """One forward/backward's batch and the logprobs that stay fixed during a step."""
+
+    batch: SequenceBatch
+    proximal: torch.Tensor | None  # [B, T] log π_prox; None: the first forward's, detached
+    reference: torch.Tensor | None  # [B, T] log π_ref, with a KL term only
+
+
+def minibatches(samples: list[TrainSample], parts: int) -> list[list[TrainSample]]:
+    """`parts` minibatches (fewer when there are fewer samples), each spanning the batch's
+    lengths, and each sorted by length so its micro-batches pad little."""
+    by_length = sorted(samples, key=lambda s: len(s.segment.token_ids))
+    parts = max(1, min(parts, len(samples)))
+    return [by_length[i::parts] for i in range(parts)]
+
+
+def _prepare(
+    model: Qwen3,
+    part: list[TrainSample],
+    config: TrainerSection,
+    reference: Qwen3 | None,
+    proximal: bool,
+    bf16: bool,
+) -> list[MicroBatch]:
+    """Collate one minibatch into micro-batches with their fixed logprobs, before any
+    update: π_prox when `proximal` (more than one minibatch), π_ref with a KL term."""
+    prepared = []
+    for first in range(0, len(part), config.micro_batch_size):
+        batch = collate(part[first : first + config.micro_batch_size])
+        with torch.no_grad():
+            prox = token_logprobs(model, batch, bf16)[0] if proximal else None
+            ref = None
+            if config.kl_coef > 0 and reference is not None:
+                ref = token_logprobs(reference, batch, bf16)[0]
+        prepared.append(MicroBatch(batch, prox, ref))
+    return prepared
 
 
 def train_step(
@@ -131,7 +177,9 @@ def train_step(
     config: TrainerSection,
     reference: Qwen3 | None = None,
 ) -> dict[str, float]:
-    """One optimizer step over `samples`; returns the step's metrics.
+    """One trainer step over `samples`: `config.minibatches` optimizer steps against one
+    proximal policy (the weights at entry); returns the step's metrics (loss and grad_norm:
+    means over the minibatches; the rest over every token or sample).
 
     `reference` (a frozen model) is needed when the loss has a KL term (`kl_coef > 0`).
     Matmuls run in bfloat16 under autocast (master weights, logprobs and loss stay float32)
@@ -142,47 +190,44 @@ def train_step(
         raise ValueError("kl_coef > 0 needs a reference model")
     start = time.perf_counter()
     model.train()
-    mask_total = sum(sum(s.segment.loss_mask[1:]) for s in samples)
-    normalizer = loss_normalizer(config, len(samples), mask_total)
+    parts = minibatches(samples, config.minibatches)
+    # π_prox is fixed for the whole step: every minibatch's ratio is against the weights
+    # at entry. One minibatch needs no extra forward: its own is at those weights.
+    prepared = [_prepare(model, p, config, reference, len(parts) > 1, bf16) for p in parts]
     # Token-weighted sums of the loss's per-token statistics, and plain sums of the rest.
     weighted: dict[str, float] = {}
-    loss_sum = entropy_sum = 0.0
-    # Micro-batches of similar lengths pad less; the gradient is a sum, so order is free.
-    by_length = sorted(samples, key=lambda s: len(s.segment.token_ids))
-    for first in range(0, len(by_length), config.micro_batch_size):
-        batch = collate(by_length[first : first + config.micro_batch_size])
-        logprobs, entropy = token_logprobs(
-            model, batch.inputs, batch.targets, batch.routed_experts, bf16
-        )
-        ref = None
-        if config.kl_coef > 0 and reference is not None:
-            with torch.no_grad():
-                ref, _ = token_logprobs(
-                    reference, batch.inputs, batch.targets, batch.routed_experts, bf16
-                )
-        # One update per batch: the proximal policy is the current one, detached.
-        out = policy_loss(
-            logprobs,
-            logprobs.detach(),
-            batch.behaviour,
-            batch.advantages,
-            batch.mask,
-            config,
-            normalizer,
-            reference=ref,
-        )
-        out.loss.backward()
-        tokens = float(batch.mask.sum())
-        for name, value in out.metrics.items():
-            weighted[name] = weighted.get(name, 0.0) + value * (
-                1.0 if name == "loss_tokens" else tokens
+    loss_sum = entropy_sum = grad_norm_sum = 0.0
+    for part, micro_batches in zip(parts, prepared, strict=True):
+        part_tokens = sum(sum(s.segment.loss_mask[1:]) for s in part)
+        normalizer = loss_normalizer(config, len(part), part_tokens)
+        for micro in micro_batches:
+            batch = micro.batch
+            logprobs, entropy = token_logprobs(model, batch, bf16)
+            proximal = logprobs.detach() if micro.proximal is None else micro.proximal
+            out = policy_loss(
+                logprobs,
+                proximal,
+                batch.behaviour,
+                batch.advantages,
+                batch.mask,
+                config,
+                normalizer,
+                reference=micro.reference,
             )
-        loss_sum += out.loss.item()
-        entropy_sum += float((entropy * batch.mask).sum())
-    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
+            out.loss.backward()
+            tokens = float(batch.mask.sum())
+            for name, value in out.metrics.items():
+                weighted[name] = weighted.get(name, 0.0) + value * (
+                    1.0 if name == "loss_tokens" else tokens
+                )
+            loss_sum += out.loss.item()
+            entropy_sum += float((entropy * batch.mask).sum())
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+        grad_norm_sum += float(grad_norm)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
     model.eval()
+    mask_total = sum(sum(s.segment.loss_mask[1:]) for s in samples)
     per_token = max(mask_total, 1)
     metrics = {
         name: value if name == "loss_tokens" else value / per_token
@@ -190,8 +235,8 @@ def train_step(
     }
     advantages = torch.tensor([s.advantage for s in samples])
     metrics.update(
-        loss=loss_sum,
-        grad_norm=float(grad_norm),
+        loss=loss_sum / len(parts),
+        grad_norm=grad_norm_sum / len(parts),
         entropy=entropy_sum / per_token,
         advantage_mean=float(advantages.mean()),
         advantage_abs_mean=float(advantages.abs().mean()),

@@ -30,6 +30,8 @@ def test_file_and_overrides_merge(tmp_path):
         ("[trainer]\nsteps = 0\n", "trainer.steps: Input should be greater than or equal to 1"),
         ('[rollout]\nsandbox_backend = "docker"\n', "rollout.sandbox_backend"),
         ('[eval]\nsplit = "train"\n', "eval.split is the training split"),
+        ("[trainer]\nminibatches = 0\n", "trainer.minibatches: Input should be greater"),
+        ("[trainer]\nmax_skip_batches = 0\n", "trainer.max_skip_batches: Input should be"),
         ("[trainer\n", "invalid TOML"),
     ],
 )
@@ -77,3 +79,11 @@ def test_with_overrides_validates_like_a_file():
     assert config.trainer.steps != 3  # the original is untouched
     with pytest.raises(ConfigError, match=r"rollout\.group_size"):
         with_overrides(config, {"rollout": {"group_size": 1}})
+
+
+def test_the_optimiser_defaults_are_one_update_and_dynamic_sampling():
+    trainer = load_config().trainer
+    assert (trainer.minibatches, trainer.dynamic_sampling, trainer.max_skip_batches) == (1, True, 2)
+    config = load_config(overrides=parse_overrides(["trainer.minibatches=4",
+                                                    "trainer.dynamic_sampling=false"]))  # fmt: skip
+    assert (config.trainer.minibatches, config.trainer.dynamic_sampling) == (4, False)

@@ -58,6 +58,7 @@ def test_trainer_and_region_killed_mid_run_finish_exactly_once(tmp_path, tiny_ch
     overrides = [
         f"model.path={tiny_checkpoint}", "trainer.steps=8", "trainer.groups_per_step=2",
         "trainer.checkpoint_every=3", "trainer.max_staleness=1", "rollout.group_size=2",
+        "trainer.dynamic_sampling=false",
         "rollout.max_concurrent_groups=2", "harness.max_turns=2", "eval.enabled=false",
     ]  # fmt: skip
     argv = [sys.executable, "-m", "fleetrl.cli", "train", "--name", "f", "--regions", "2"]

@@ -23,6 +23,7 @@ RUN = [
     "--set", "name=fleet", "--set", "trainer.steps=3", "--set", "trainer.groups_per_step=2",
     "--set", "trainer.checkpoint_every=1", "--set", "rollout.group_size=2",
     "--set", "rollout.max_concurrent_groups=1", "--set", "trainer.max_staleness=2",
+    "--set", "trainer.dynamic_sampling=false",
 ]  # fmt: skip
 
 

@@ -23,6 +23,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 RUN = [
     "--set", "name=f", "--set", "trainer.steps=6", "--set", "trainer.groups_per_step=2",
     "--set", "trainer.checkpoint_every=2", "--set", "trainer.max_staleness=1",
+    "--set", "trainer.dynamic_sampling=false",
     "--set", "rollout.group_size=2", "--set", "rollout.max_concurrent_groups=2",
     "--set", "harness.max_turns=2",
 ]  # fmt: skip

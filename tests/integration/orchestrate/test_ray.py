@@ -39,7 +39,12 @@ def tiny_run(tmp_path: Path, name: str, steps: int) -> RunConfig:
     overrides = {
         "name": name,
         "store": {"url": str(tmp_path / "store")},
-        "trainer": {"steps": steps, "groups_per_step": 2, "checkpoint_every": 1},
+        "trainer": {
+            "steps": steps,
+            "groups_per_step": 2,
+            "checkpoint_every": 1,
+            "dynamic_sampling": False,
+        },
         "rollout": {"group_size": 2, "max_concurrent_groups": 1},
         "eval": {"enabled": False},
     }

@@ -11,6 +11,7 @@ import torch
 
 from fleetrl.config import load_config
 from fleetrl.model.checkpoint import load_pretrained
+from fleetrl.store.admission import Heartbeat, fleet_budget, read_grants, write_heartbeat
 from fleetrl.store.control import Fenced, claim_incarnation
 from fleetrl.store.trajectories import RegionReport, TrajectoryChannel
 from fleetrl.store.weights import WeightStore
@@ -20,11 +21,14 @@ from fleetrl.types import Segment, Trajectory
 torch.set_num_threads(1)
 
 
-def sampled_group(seed: int, version: int = 0) -> list[Trajectory]:
-    """Two samples of one prompt with different rewards (an informative group)."""
+def sampled_group(
+    seed: int, version: int = 0, rewards: tuple[float, float] = (1.0, 0.0)
+) -> list[Trajectory]:
+    """Two samples of one prompt, by default with different rewards (an informative
+    group)."""
     g = torch.Generator().manual_seed(seed)
     trajectories = []
-    for reward in (1.0, 0.0):
+    for reward in rewards:
         completion = torch.randint(10, 200, (5,), generator=g).tolist()
         segment = Segment(
             token_ids=[1, 2, 3, *completion],
@@ -40,13 +44,13 @@ def sampled_group(seed: int, version: int = 0) -> list[Trajectory]:
 def config_for(tmp_path, tiny_checkpoint):
     """The config of run `run` under tmp_path, training the shared tiny checkpoint."""
 
-    def make(run, steps, max_staleness=10):
+    def make(run, steps, max_staleness=10, **trainer):
         overrides = {
             "name": run,
             "model": {"path": str(tiny_checkpoint)},
             "rollout": {"group_size": 2},
             "trainer": {"steps": steps, "groups_per_step": 2, "max_staleness": max_staleness,
-                        "checkpoint_every": 1, "lr": 1e-3},
+                        "checkpoint_every": 1, "lr": 1e-3, **trainer},
             "store": {"url": str(tmp_path / run / "store")},
         }  # fmt: skip
         return load_config(overrides=overrides)
@@ -54,10 +58,12 @@ def config_for(tmp_path, tiny_checkpoint):
     return make
 
 
-def feed(tmp_path, run, seeds, version=0):
+def feed(tmp_path, run, seeds, version=0, flat=()):
+    """Hand in one group per seed as region "r"; seeds in `flat` without reward variance."""
     channel = TrajectoryChannel(str(tmp_path / run / "store"))
     for seed in seeds:
-        channel.append("r", sampled_group(seed, version), RegionReport("r", version))
+        rewards = (1.0, 1.0) if seed in flat else (1.0, 0.0)
+        channel.append("r", sampled_group(seed, version, rewards), RegionReport("r", version))
 
 
 def test_resume_is_exact_and_nothing_is_trained_twice(tmp_path, tiny_checkpoint, config_for):
@@ -257,3 +263,55 @@ def test_three_regions_with_slow_out_of_order_groups_never_exceed_the_bound(tmp_
         for g in r[k]
     })  # fmt: skip
     assert set(oldest) >= {g for r in records for g in r["group_ids"]}
+
+
+def hand_in_heartbeat(tmp_path, run) -> None:
+    """Region "r" is alive, so the trainer's allocation rounds grant it the whole budget."""
+    store = WeightStore(str(tmp_path / run / "store")).store
+    write_heartbeat(store, Heartbeat("r", submitted=0, in_flight=0, held=0, time=time.time()))
+
+
+def test_dynamic_sampling_fills_batches_with_signal(tmp_path, config_for):
+    run = tmp_path / "dynamic"
+    feed(tmp_path, "dynamic", range(8), flat={1, 3, 5, 7})
+    hand_in_heartbeat(tmp_path, "dynamic")
+    state = run_trainer(config_for("dynamic", 2), run)
+    first, second = records = train_records(run)
+    assert first["group_ids"] == ["r/0", "r/2"] and second["group_ids"] == ["r/4", "r/6"]
+    assert first["skipped_group_ids"] == ["r/1", "r/3", "r/5", "r/7"]
+    assert first["train_sequences"] == second["train_sequences"] == 4  # full batches
+    # Reward over every group the step consumed: 2 of 4 trained samples, 8 of 8 skipped.
+    assert first["reward"] == pytest.approx(10 / 12) and second["reward"] == 0.5
+    assert state.skipped_groups == state.filtered_groups == 4 and state.trained_samples == 8
+    assert_exactly_once(records, {f"r/{seq}" for seq in range(8)})
+    # The four skipped groups' samples are given back: the budget grows past the formula.
+    grants = read_grants(WeightStore(str(run / "store")).store)
+    assert grants["r"] == fleet_budget(2, 10, 2 * 2, 0) + 4 * 2
+
+
+def test_without_dynamic_sampling_a_batch_is_the_next_groups(tmp_path, config_for):
+    run = tmp_path / "plain"
+    feed(tmp_path, "plain", range(4), flat={1, 3})
+    hand_in_heartbeat(tmp_path, "plain")
+    state = run_trainer(config_for("plain", 2, dynamic_sampling=False), run)
+    first, second = records = train_records(run)
+    assert first["group_ids"] == ["r/0"] and first["skipped_group_ids"] == ["r/1"]
+    assert second["group_ids"] == ["r/2"] and second["skipped_group_ids"] == ["r/3"]
+    assert first["train_sequences"] == 2  # half a batch trained
+    assert state.skipped_groups == 2 and state.filtered_groups == 0
+    assert_exactly_once(records, {f"r/{seq}" for seq in range(4)})
+    grants = read_grants(WeightStore(str(run / "store")).store)
+    assert grants["r"] == fleet_budget(2, 10, 2 * 2, 0)  # skipped in the batch: not returned
+
+
+def test_dynamic_sampling_steps_on_when_no_group_has_signal(tmp_path, config_for):
+    # A policy that solves everything: after max_skip_batches x P skipped groups the step
+    # trains on the informative groups it has (none here) and still publishes.
+    run = tmp_path / "flat"
+    feed(tmp_path, "flat", range(3), flat={0, 1, 2})
+    state = run_trainer(config_for("flat", 1, max_skip_batches=1), run)
+    (record,) = train_records(run)
+    assert record["group_ids"] == [] and record["skipped_group_ids"] == ["r/0", "r/1", "r/2"]
+    assert "loss" not in record and record["pass_rate"] == 1.0
+    assert state.version == 1 and state.trained_samples == 0
+    assert WeightStore(str(run / "store")).latest() == 1

@@ -4,8 +4,9 @@ itself (store, resume, staleness) runs in tests/integration/trainer."""
 import pytest
 import torch
 
+from fleetrl.config import ConfigError, load_config
 from fleetrl.model.checkpoint import load_pretrained
-from fleetrl.trainer.loop import make_optimizer
+from fleetrl.trainer.loop import make_optimizer, run_trainer
 
 torch.set_num_threads(1)
 
@@ -19,3 +20,11 @@ def test_output_norm_learns_at_its_own_rate(tiny_checkpoint):
     moved = {name: (p - before[name]).abs().max().item() for name, p in model.named_parameters()}
     assert moved.pop("model.norm.weight") == pytest.approx(1e-2, rel=0.01)
     assert max(moved.values()) == pytest.approx(1e-4, rel=0.01)
+
+
+def test_greedy_rollouts_cannot_train(tmp_path):
+    # Greedy tokens carry temperature-1 logprobs of a distribution nobody sampled from.
+    config = load_config(overrides={"rollout": {"temperature": 0.0}})
+    with pytest.raises(ConfigError, match=r"rollout\.temperature"):
+        run_trainer(config, tmp_path / "greedy")
+    assert not (tmp_path / "greedy").exists()  # refused before touching anything

@@ -1,22 +1,26 @@
 """Advantages, the corrected policy loss, and a real train step that learns."""
 
+import asyncio
 import math
 
 import pytest
 import torch
 
 from fleetrl.config import TrainerSection
+from fleetrl.inference.engine import Engine
 from fleetrl.model.checkpoint import init_model
 from fleetrl.model.config import ModelConfig
 from fleetrl.trainer.advantages import group_advantages
 from fleetrl.trainer.loss import loss_normalizer, policy_loss
 from fleetrl.trainer.step import (
+    TrainSample,
     collate,
+    minibatches,
     samples_from_groups,
     token_logprobs,
     train_step,
 )
-from fleetrl.types import Segment, Trajectory
+from fleetrl.types import Completion, SamplingParams, Segment, Trajectory
 
 torch.set_num_threads(1)
 
@@ -144,7 +148,7 @@ def test_train_step_raises_the_rewarded_answer(moe):
 
     batch = collate(samples)
     with torch.no_grad():
-        before, _ = token_logprobs(model, batch.inputs, batch.targets, batch.routed_experts)
+        before, _ = token_logprobs(model, batch)
     # The recomputed logprobs equal the behaviour ones: no mismatch at the same weights.
     assert ((before - batch.behaviour) * batch.mask).abs().max() < 1e-5
 
@@ -154,7 +158,7 @@ def test_train_step_raises_the_rewarded_answer(moe):
     assert metrics["mismatch_abs_logprob"] < 1e-5
     assert metrics["train_tokens"] == 6 and metrics["grad_norm"] > 0
     with torch.no_grad():
-        after, _ = token_logprobs(model, batch.inputs, batch.targets, batch.routed_experts)
+        after, _ = token_logprobs(model, batch)
     gain = ((after - before) * batch.mask).sum(dim=1)
     assert gain[0] > 0 > gain[1]  # the rewarded answer got likelier, the other less likely
 
@@ -179,13 +183,114 @@ def test_bf16_train_step_measures_its_mismatch_and_still_learns():
     samples, _ = samples_from_groups([group], "drgrpo")
     batch = collate(samples)
     with torch.no_grad():
-        before, _ = token_logprobs(model, batch.inputs, batch.targets, batch.routed_experts)
+        before, _ = token_logprobs(model, batch)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     metrics = train_step(model, optimizer, samples, TrainerSection(bf16=True))
     # bfloat16 matmuls against a float32 engine: a mismatch that is measured, not hidden.
     assert 1e-5 < metrics["mismatch_abs_logprob"] < 0.1
     assert all(p.dtype == torch.float32 for p in model.parameters())
     with torch.no_grad():
-        after, _ = token_logprobs(model, batch.inputs, batch.targets, batch.routed_experts)
+        after, _ = token_logprobs(model, batch)
     gain = ((after - before) * batch.mask).sum(dim=1)
     assert gain[0] > 0 > gain[1]
+
+
+def engine_segment(model, prompt, tool_result, temperature, seed=0):
+    """Two replies sampled by the real engine at `temperature`, a tool result between
+    them (loss mask 0), laid out as the harness records them."""
+
+    async def two_turns() -> list[Completion]:
+        engine = Engine(model, max_batch_size=2, max_model_len=64)
+        try:
+            params = SamplingParams(temperature=temperature, max_tokens=6, seed=seed)
+            first = await engine.generate(prompt, params)
+            context = prompt + first.token_ids + tool_result
+            return [first, await engine.generate(context, params)]
+        finally:
+            await engine.close()
+
+    first, second = asyncio.run(two_turns())
+    gap = len(tool_result)
+    n = len(prompt)
+    return Segment(
+        token_ids=prompt + first.token_ids + tool_result + second.token_ids,
+        loss_mask=[0] * n + [1] * len(first.token_ids) + [0] * gap + [1] * len(second.token_ids),
+        logprobs=[0.0] * n + first.logprobs + [0.0] * gap + second.logprobs,
+        versions=[-1] * n + first.versions + [-1] * gap + second.versions,
+        routed_experts=second.prompt_routed_experts + second.routed_experts
+        if second.routed_experts is not None and second.prompt_routed_experts is not None
+        else None,
+        temperature=temperature,
+    )
+
+
+@pytest.mark.parametrize("moe", [False, True], ids=["dense", "moe"])
+def test_trainer_logprobs_equal_the_engines_at_its_temperature(moe):
+    model = tiny_model(moe)
+    segment = engine_segment(model, [1, 2, 3], [4, 4], temperature=0.7)
+    batch = collate([TrainSample(segment, 1.0)])
+    with torch.no_grad():
+        logprobs, _ = token_logprobs(model, batch)
+    assert ((logprobs - batch.behaviour) * batch.mask).abs().max() < 1e-5
+    # The same tokens read at temperature 1 (the trainer's old reading) are far off.
+    batch.temperature = torch.ones(1)
+    with torch.no_grad():
+        at_one, _ = token_logprobs(model, batch)
+    assert ((at_one - batch.behaviour) * batch.mask).abs().max() > 1e-2
+
+
+def test_a_train_step_at_temperature_sees_no_mismatch():
+    model = tiny_model()
+    group = [trajectory(engine_segment(model, [1, 2], [3], 0.7, seed=s), float(s % 2))
+             for s in range(4)]  # fmt: skip
+    samples, _ = samples_from_groups([group], "drgrpo")
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    metrics = train_step(model, optimizer, samples, TrainerSection(bf16=False))
+    assert metrics["mismatch_abs_logprob"] < 1e-5
+    assert metrics["correction_truncated_frac"] == 0
+
+
+def test_greedy_segments_are_read_at_temperature_one():
+    model = tiny_model()
+    segment = engine_segment(model, [1, 2, 3], [4], temperature=0.0)
+    batch = collate([TrainSample(segment, 1.0)])
+    assert batch.temperature.tolist() == [1.0]
+    with torch.no_grad():
+        logprobs, _ = token_logprobs(model, batch)
+    assert ((logprobs - batch.behaviour) * batch.mask).abs().max() < 1e-5
+
+
+def clip_group(model):
+    """Four samples of one prompt, two rewarded: an informative group."""
+    return [trajectory(make_segment(model, [1, 2], [5 + s, 6 + s, 7 + s, 8]), float(s < 2))
+            for s in range(4)]  # fmt: skip
+
+
+def test_minibatches_move_the_ratio_so_the_clip_acts():
+    config = TrainerSection(bf16=False, micro_batch_size=1, max_grad_norm=100.0)
+    single = tiny_model()
+    samples, _ = samples_from_groups([clip_group(single)], "drgrpo")
+    optimizer = torch.optim.AdamW(single.parameters(), lr=0.2)
+    one = train_step(single, optimizer, samples, config)
+    # One update per batch: π_θ is π_prox throughout, the ratio is 1 and nothing is clipped.
+    assert one["clip_frac"] == 0 and one["ratio_mean"] == 1
+
+    split = tiny_model()
+    samples, _ = samples_from_groups([clip_group(split)], "drgrpo")
+    optimizer = torch.optim.AdamW(split.parameters(), lr=0.2)
+    four = train_step(split, optimizer, samples, config.model_copy(update={"minibatches": 4}))
+    # Later minibatches see weights the earlier ones moved, against the same π_prox.
+    assert four["clip_frac"] > 0 and four["ratio_mean"] != 1
+    assert optimizer.state[next(split.parameters())]["step"] == 4  # one AdamW step each
+    assert four["train_sequences"] == 4 and four["mismatch_abs_logprob"] < 1e-5
+
+
+def test_minibatches_span_the_batch_and_never_come_out_empty():
+    model = tiny_model()
+    samples = [TrainSample(make_segment(model, [1], [2] * n), 0.0) for n in (5, 1, 3, 2, 4)]
+    parts = minibatches(samples, 2)
+    lengths = [[len(s.segment.token_ids) - 1 for s in part] for part in parts]
+    assert lengths == [[1, 3, 5], [2, 4]]
+    assert len(minibatches(samples, 9)) == 5 and minibatches(samples, 1) == [
+        sorted(samples, key=lambda s: len(s.segment.token_ids))
+    ]
