@@ -192,8 +192,11 @@ class BwrapSandbox(Sandbox):
         cmd: str | Sequence[str],
         timeout: float | None = None,
         env: Mapping[str, str] | None = None,
+        *,
+        read_only: bool = False,
     ) -> ExecResult:
-        """Run `cmd` in a fresh bwrap over the workspace (see `Sandbox.exec`)."""
+        """Run `cmd` in a fresh bwrap over the workspace (see `Sandbox.exec`); with
+        `read_only` the command sees the workspace read-only (the verifier's test run)."""
         argv = command_argv(cmd, timeout)
         env_args: list[str] = []
         for key, value in {**self._env, **(env or {})}.items():
@@ -213,6 +216,7 @@ class BwrapSandbox(Sandbox):
         info_r, info_w = os.pipe()
         try:
             full = [*self._prefix, "sh", *group.procs_files, *self._bwrap]
+            full += ["--remount-ro", WORKDIR] if read_only else []
             full += ["--info-fd", str(info_w), *env_args, "--", *argv]
             result = run_captured(
                 full,

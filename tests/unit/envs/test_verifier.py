@@ -1,13 +1,16 @@
-"""The verifier's outcome cache: a timed-out grading is not kept, the capacity evicts, and a
-grading that raises lets a waiting thread grade the submission itself. Grading for real
-(gold patches, the cheat suite) is tested in tests/env/envs/test_verifier.py."""
+"""The verifier's host-side parts: the outcome cache (a timed-out grading is not kept, the
+capacity evicts, a grading that raises lets a waiting thread grade the submission itself)
+and the cross-checks of the grader runner's report. Grading for real (gold patches, the
+cheat suite, hostile workspaces) is tested in tests/env/envs/test_verifier.py."""
 
+import json
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from fleetrl.envs.verifier import OutcomeCache
+from fleetrl.envs.sandbox import ExecResult
+from fleetrl.envs.verifier import OutcomeCache, RunOutcome, judge_report
 
 
 def test_outcome_cache_keeps_no_timeout_and_survives_a_failed_grading():
@@ -17,16 +20,16 @@ def test_outcome_cache_keeps_no_timeout_and_survives_a_failed_grading():
     def grade(outcome):
         def run():
             calls.append(outcome)
-            return {"t": outcome}
+            return RunOutcome({"t": outcome})
 
         return run
 
-    assert cache.outcomes("slow", grade("timeout")) == {"t": "timeout"}
-    assert cache.outcomes("slow", grade("passed")) == {"t": "passed"}  # graded again
-    assert cache.outcomes("slow", grade("failed")) == {"t": "passed"}  # now kept
+    assert cache.outcomes("slow", grade("timeout")).tests == {"t": "timeout"}
+    assert cache.outcomes("slow", grade("passed")).tests == {"t": "passed"}  # graded again
+    assert cache.outcomes("slow", grade("failed")).tests == {"t": "passed"}  # now kept
     for key in ("b", "c"):
         cache.outcomes(key, grade("failed"))
-    assert cache.outcomes("slow", grade("failed")) == {"t": "failed"}  # evicted (capacity 2)
+    assert cache.outcomes("slow", grade("failed")).tests == {"t": "failed"}  # evicted (capacity 2)
     assert calls == ["timeout", "passed", "failed", "failed", "failed"]  # gradings that ran
 
     # A grading that raises lets a waiting thread grade the submission itself.
@@ -48,4 +51,76 @@ def test_outcome_cache_keeps_no_timeout_and_survives_a_failed_grading():
         waiter = pool.submit(cache.outcomes, "k", grade("passed"))
         release.set()
         thread.join()
-        assert waiter.result(timeout=10) == {"t": "passed"}
+        assert waiter.result(timeout=10).tests == {"t": "passed"}
+
+
+TESTS = ["test_m.py::test_1", "test_m.py::test_2"]
+HASHES = {"test_m.py": "ab" * 32}
+
+
+def report(*records, exit_code=0, timed_out=False, truncated=False):
+    """The runner's stdout as the host would capture it, plus the real exit status."""
+    lines = "".join(json.dumps(r) + "\n" for r in records)
+    return ExecResult(exit_code, lines, "", timed_out, truncated, 0.1)
+
+
+def phases(test, call="passed"):
+    return [{"kind": "report", "nodeid": test, "when": w, "outcome": o}
+            for w, o in (("setup", "passed"), ("call", call), ("teardown", "passed"))]  # fmt: skip
+
+
+COLLECTED = {"kind": "collected", "path": "test_m.py", "sha256": "ab" * 32}
+PASSING = [COLLECTED, *phases(TESTS[0]), *phases(TESTS[1])]
+FINAL_0 = {"kind": "final", "exit": 0, "blocked": []}
+
+
+def test_an_honest_report_is_read_as_it_is():
+    run = judge_report(report(*PASSING, FINAL_0), TESTS, HASHES)
+    assert run == RunOutcome(dict.fromkeys(TESTS, "passed"))
+    failing = [COLLECTED, *phases(TESTS[0]), *phases(TESTS[1], call="failed")]
+    final_1 = {"kind": "final", "exit": 1, "blocked": []}
+    run = judge_report(report(*failing, final_1, exit_code=1), TESTS, HASHES)
+    assert run == RunOutcome({TESTS[0]: "passed", TESTS[1]: "failed"})
+    skipped = [COLLECTED, *phases(TESTS[0]), *phases(TESTS[1], call="skipped")]
+    run = judge_report(report(*skipped, FINAL_0), TESTS, HASHES)
+    assert run == RunOutcome({TESTS[0]: "passed", TESTS[1]: "skipped"})  # exit 0, no flag
+    # Killed mid-run (memory, a crash): what had not finished is missing, and no flag.
+    run = judge_report(report(COLLECTED, *phases(TESTS[0]), exit_code=137), TESTS, HASHES)
+    assert run == RunOutcome({TESTS[0]: "missing", TESTS[1]: "missing"})
+    run = judge_report(report(COLLECTED, exit_code=137, timed_out=True), TESTS, HASHES)
+    assert run == RunOutcome(dict.fromkeys(TESTS, "timeout"))
+
+
+FORGERIES = [
+    ("a phase reported twice", [*PASSING, phases(TESTS[1])[1], FINAL_0], 0),
+    ("a test nobody asked for", [*PASSING, *phases("test_m.py::test_9"), FINAL_0], 0),
+    ("a line that is not a record", [*PASSING, FINAL_0], 0, "PASSED test_m.py::test_1"),
+    ("an unknown record kind", [*PASSING, {"kind": "verdict", "reward": 1}, FINAL_0], 0),
+    ("a record after the final one", [*PASSING, FINAL_0, phases(TESTS[0])[0]], 0),
+    ("exit 0 without the final record", [*PASSING], 0),
+    ("a final record contradicting the exit status", [*PASSING, FINAL_0], 1),
+    ("exit 0 while a test failed", [*PASSING[:5], *phases(TESTS[1], "failed"), FINAL_0], 0),
+    ("outcomes of a test file never collected", [*PASSING[1:], FINAL_0], 0),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("forgery", FORGERIES, ids=[f[0] for f in FORGERIES])
+def test_a_report_that_contradicts_itself_or_the_host_is_flagged(forgery):
+    _, records, exit_code, *garbage = forgery
+    run = report(*records, exit_code=exit_code)
+    if garbage:
+        run.stdout += garbage[0] + "\n"
+    assert "report_inconsistent" in judge_report(run, TESTS, HASHES).flags
+
+
+def test_changed_hidden_tests_and_refused_events_are_flagged():
+    other = {**COLLECTED, "sha256": "cd" * 32}
+    run = judge_report(report(other, *PASSING[1:], FINAL_0), TESTS, HASHES)
+    assert run.flags == {"hidden_tests_changed"}
+    blocked = {"kind": "blocked", "event": "gc.get_objects"}
+    run = judge_report(report(*PASSING, blocked, FINAL_0), TESTS, HASHES)
+    assert run.flags == {"runtime_tampering"}
+    rebound = {"kind": "final", "exit": 0, "blocked": ["rebound os.write"]}
+    assert judge_report(report(*PASSING, rebound), TESTS, HASHES).flags == {"runtime_tampering"}
+    truncated = report(*PASSING, FINAL_0, truncated=True)
+    assert judge_report(truncated, TESTS, HASHES).flags == {"report_inconsistent"}

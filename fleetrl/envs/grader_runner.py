@@ -1,0 +1,314 @@
+"""The grading run: pytest over the hidden tests, in the process that imports the agent's code.
+
+The verifier copies this file out of the package (it imports only the standard library and
+pytest) and runs it in the grading sandbox as
+
+    python -I -B grader_runner.py '{"rootdir": R, "config": C, "tests": [...],
+                                    "protected": [...]}'
+
+Isolated mode (`-I`) ignores PYTHON* variables and the user site, and puts neither the
+script's folder nor the working directory on `sys.path`; the runner then *appends* the
+repository root, and pytest runs with `--import-mode=append`, so the standard library, pytest
+and its dependencies always win over a same-named file of the agent's.
+
+Before any code of the workspace runs, the runner
+
+- keeps a private duplicate of its stdout as the report channel (close-on-exec, so child
+  processes do not get it) and points fd 1 at stderr: nothing the graded code prints
+  reaches the host's stdout unless it writes to the report descriptor itself; it makes
+  itself non-dumpable, so child processes cannot reach that descriptor or its memory
+  through /proc;
+- binds every primitive it reports with (`os.write`, the JSON string encoder, sha256,
+  `os._exit`) to local names, so patching those modules later changes nothing here;
+- replaces `os._exit` (and `posix._exit`): in the runner's process it reports the call and
+  exits with TAMPERED_EXIT, so only the runner itself, after its final record, can end the
+  process with pytest's status (a forger cannot write a whole passing report and leave
+  before the runner writes its own); in a forked child it exits as asked, and a forked
+  child never holds the report channel (closed after fork);
+- installs an audit hook (it cannot be removed) that, once switched on right before
+  `pytest.main`, refuses and reports the events that reach into the interpreter's memory
+  or other processes: ctypes, the gc object graph, other threads' frames, tracing and
+  profiling hooks, signals to processes, in-process exec, opening /proc/<pid>/mem, environ
+  or fd entries, and writing, renaming or removing a protected (hidden test) file;
+- remembers which function every name of the runner's machinery is bound to (pytest,
+  pluggy, builtins, os, sys, json, hashlib), and which pytest plugins and import hooks are
+  in place once collection starts; a rebinding, a new non-conftest plugin, a new import
+  hook, or a test module not imported from its own file is reported too.
+
+Records, one JSON object per line on the report channel:
+
+    {"kind": "collected", "path": P, "sha256": H}    a test module, hashed just before import
+    {"kind": "report", "nodeid": N, "when": W, "outcome": O}   one per test phase
+    {"kind": "blocked", "event": E}                  something the runner refused or saw
+    {"kind": "final", "exit": X, "blocked": [E...]}  pytest's exit status, written last
+
+then `os._exit(X)`. The host trusts none of it on its own: it checks the lines against each
+other, against the hashes it took of the hidden tests, and against the exit status it saw
+(`fleetrl.envs.verifier`). Not covered: code under test can still write to the report
+descriptor; such lines show up as duplicates or contradictions, since the code cannot end
+the process before the runner writes its own final record (see docs/environments.md for
+what remains).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+Emit = Callable[[dict[str, Any]], None]
+_PROC = re.compile(
+    r"/proc/(self|thread-self|\d+)(/task/\d+)?"
+    r"(/?|/(mem|environ|fd|fdinfo|map_files|pagemap)(/.*)?)"
+)
+_BLOCKED = frozenset(
+    {
+        "gc.get_objects",
+        "gc.get_referrers",
+        "gc.get_referents",
+        "sys._current_frames",
+        "sys._current_exceptions",
+        "sys.settrace",
+        "sys.setprofile",
+        "os.kill",
+        "os.killpg",
+        "signal.pthread_kill",
+        "os.exec",
+    }
+)
+_PR_SET_DUMPABLE = 4
+TAMPERED_EXIT = 86  # the status of a process that something other than the runner ended
+_PATH_EVENTS = {"os.rename": 2, "os.remove": 1, "os.rmdir": 1, "os.truncate": 1}
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+# Modules whose functions the report depends on; rebinding one of their names is tampering.
+_WATCHED = ("builtins", "os", "posix", "sys", "json", "json.encoder", "hashlib", "io", "pytest")
+_WATCHED_PREFIXES = ("_pytest.", "pluggy.")
+
+
+def _reporter(fd: int) -> Emit:
+    """A function writing one record as one JSON line, immune to later monkeypatching."""
+    write, quote, dumps = os.write, json.encoder.encode_basestring_ascii, repr
+
+    def emit(record: dict[str, Any]) -> None:
+        fields = []
+        for key, value in record.items():
+            if isinstance(value, list):
+                text = "[" + ", ".join(quote(str(v)) for v in value) + "]"
+            elif type(value) is int:
+                text = dumps(value)
+            else:
+                text = quote(str(value))
+            fields.append(f"{quote(key)}: {text}")
+        data = ("{" + ", ".join(fields) + "}\n").encode()
+        while data:
+            data = data[write(fd, data) :]
+
+    return emit
+
+
+def _install_audit_hook(emit: Emit, protected: frozenset[str], safe_fspath: frozenset[Any]) -> None:
+    """Install the audit hook, off until the event `fleetrl.grader.start`; nothing switches it
+    off again, and what it refused is read back by `fleetrl.grader.blocked` (a list to fill):
+    no reference to its state outlives this call's frame."""
+    switch, blocked = [False], []
+    getcwd, join, normpath, realpath, fsdecode = (
+        os.getcwd, os.path.join, os.path.normpath, os.path.realpath, os.fsdecode,
+    )  # fmt: skip
+    proc, events, path_events, write_flags = _PROC.fullmatch, _BLOCKED, _PATH_EVENTS, _WRITE_FLAGS
+
+    def paths(value: object) -> list[str]:
+        if isinstance(value, os.PathLike) and type(value).__fspath__ in safe_fspath:
+            value = os.fspath(value)
+        if isinstance(value, int):
+            return []
+        if not isinstance(value, str | bytes):
+            # A user-defined path-like could answer the hook one path and open() another.
+            raise TypeError("a custom path-like object")
+        raw = normpath(join(getcwd(), fsdecode(value)))
+        return [raw, realpath(raw)]
+
+    def refusal(event: str, args: tuple[object, ...]) -> str | None:
+        if event in events or event.startswith("ctypes."):
+            return event
+        if event == "open":
+            path, mode, flags = (*args, None, None)[:3]
+            try:
+                named = paths(path)
+            except TypeError as err:
+                return f"open of {err}"
+            if any(proc(p) for p in named):
+                return f"open {named[0]}"
+            writes = flags & write_flags if isinstance(flags, int) and flags >= 0 else (
+                isinstance(mode, str) and any(c in mode for c in "wax+")
+            )  # fmt: skip
+            if writes and protected.intersection(named):
+                return f"write {named[0]}"
+        elif event in path_events:
+            for arg in args[: path_events[event]]:
+                if isinstance(arg, str | bytes) and protected.intersection(paths(arg)):
+                    return f"{event} {fsdecode(arg)}"
+        return None
+
+    def hook(event: str, args: tuple[object, ...]) -> None:
+        if event == "fleetrl.grader.start":
+            switch[0] = True
+        elif event == "fleetrl.grader.blocked" and type(args[0]) is list:
+            args[0].extend(blocked)
+        if not switch[0]:
+            return
+        reason = refusal(event, args)
+        if reason is not None:
+            blocked.append(reason)
+            emit({"kind": "blocked", "event": reason})
+            raise RuntimeError(f"refused by the grader: {reason}")
+
+    sys.addaudithook(hook)
+
+
+def _guard_exit(emit: Emit, leave: Callable[[int], Any]) -> None:
+    """Make `os._exit` in this process a reported tampering that ends it with TAMPERED_EXIT;
+    forked children (multiprocessing's end with `os._exit`) exit as asked, without the
+    report channel."""
+    import posix
+
+    runner, getpid = os.getpid(), os.getpid
+
+    def guarded_exit(status: int) -> None:
+        if getpid() == runner:
+            emit({"kind": "blocked", "event": "os._exit"})
+            leave(TAMPERED_EXIT)
+        leave(status)
+
+    os._exit = posix._exit = guarded_exit
+
+
+def _bindings() -> dict[tuple[str, str], object]:
+    """(owner, name) -> the callable bound there, for every watched module and the classes
+    defined in them."""
+    out: dict[tuple[str, str], object] = {}
+    for modname, module in list(sys.modules.items()):
+        if not (modname in _WATCHED or modname.startswith(_WATCHED_PREFIXES)):
+            continue
+        for name, value in list(vars(module).items()):
+            if callable(value):
+                out[modname, name] = value
+            if isinstance(value, type) and value.__module__ == modname:
+                for attr, member in list(vars(value).items()):
+                    out[f"{modname}.{name}", attr] = member
+    return out
+
+
+class _ReportPlugin:
+    """The report plugin, passed to pytest as an object: there is no module name to shadow."""
+
+    def __init__(self, emit: Emit, rootdir: str, sha256: Callable[[bytes], Any]) -> None:
+        self.emit, self.rootdir, self.sha256 = emit, rootdir, sha256
+        self.plugins: set[int] = set()
+        self.importers: list[object] = []
+        self.modules: set[int] = set()
+        self.pm: Any = None
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_load_initial_conftests(self) -> None:
+        """Put the folders the `pythonpath` setting added in front behind everything else,
+        before any conftest (or the agent's code it imports) is loaded."""
+        inside = [p for p in sys.path if p == self.rootdir or p.startswith(self.rootdir + "/")]
+        sys.path[:] = [p for p in sys.path if p not in inside] + inside
+
+    def pytest_collection(self, session: Any) -> None:
+        """Remember the plugins and import hooks in place before any test module is
+        imported (pytest's assertion rewriter is installed by then)."""
+        self.pm = session.config.pluginmanager
+        self.plugins = {id(p) for p in self.pm.get_plugins()}
+        self.importers = [*sys.meta_path, None, *sys.path_hooks]
+
+    def pytest_collectstart(self, collector: Any) -> None:
+        """Hash each test module's bytes right before pytest imports it, and check that no
+        import hook was added since collection started."""
+        if type(collector).__name__ not in ("Module", "DoctestModule"):
+            return
+        with open(collector.path, "rb") as f:
+            digest = self.sha256(f.read()).hexdigest()
+        path = os.path.relpath(collector.path, self.rootdir)
+        self.emit({"kind": "collected", "path": path, "sha256": digest})
+        importers = [*sys.meta_path, None, *sys.path_hooks]
+        if len(importers) != len(self.importers) or any(
+            a is not b for a, b in zip(importers, self.importers, strict=True)
+        ):
+            self.emit({"kind": "blocked", "event": "import hooks changed"})
+
+    def pytest_itemcollected(self, item: Any) -> None:
+        """Check that each test's module was imported from its file (a package or a planted
+        module named like the test module would be imported in its place)."""
+        module = getattr(item, "module", None)
+        if module is None or id(module) in self.modules:
+            return
+        self.modules.add(id(module))
+        origin = getattr(vars(module).get("__spec__"), "origin", None)
+        if origin != str(item.path):
+            path = os.path.relpath(item.path, self.rootdir)
+            self.emit({"kind": "blocked", "event": f"{path} imported from {origin}"})
+
+    def pytest_runtest_logreport(self, report: Any) -> None:
+        """One record per test phase (setup, call, teardown)."""
+        record = {"nodeid": report.nodeid, "when": report.when, "outcome": report.outcome}
+        self.emit({"kind": "report", **record})
+
+    def new_plugins(self) -> list[str]:
+        """Plugins registered during the run that are not conftest files."""
+        if self.pm is None:
+            return []
+        conftests = {id(p) for p in self.pm._conftest_plugins}
+        return [
+            self.pm.get_name(p) or type(p).__name__
+            for p in self.pm.get_plugins()
+            if id(p) not in self.plugins and id(p) not in conftests
+        ]
+
+
+def main(spec: dict[str, object]) -> None:
+    """Run pytest as `spec` says and report on the private channel; never returns."""
+    report_fd = os.dup(1)
+    os.dup2(2, 1)
+    emit, leave, sha256 = _reporter(report_fd), os._exit, hashlib.sha256
+    rootdir = str(spec["rootdir"])
+    protected = frozenset(os.path.join(rootdir, str(p)) for p in spec["protected"])  # type: ignore[attr-defined]
+    import ctypes
+    import pathlib
+
+    from _pytest._py.path import LocalPath
+
+    # Not dumpable: other processes (the tests' children, all of the same uid) need
+    # CAP_SYS_PTRACE, which the sandbox drops, to open this one's /proc/<pid>/mem or fd/.
+    ctypes.CDLL(None).prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+
+    safe = frozenset({pathlib.PurePath.__fspath__, LocalPath.__fspath__})
+    _install_audit_hook(emit, protected, safe)
+    os.register_at_fork(after_in_child=lambda: os.close(report_fd))
+    _guard_exit(emit, leave)
+    sys.path.append(rootdir)
+    args = ["-q", "-p", "no:cacheprovider", "--import-mode=append", f"--rootdir={rootdir}"]
+    args += [f"--confcutdir={rootdir}", "-c", str(spec["config"]), "--", *spec["tests"]]  # type: ignore[misc]
+    plugin = _ReportPlugin(emit, rootdir, sha256)
+    before = _bindings()
+    sys.audit("fleetrl.grader.start")
+    code = int(pytest.main(args, plugins=[plugin]))
+    after = _bindings()
+    blocked: list[str] = []
+    sys.audit("fleetrl.grader.blocked", blocked)
+    blocked += [f"rebound {o}.{n}" for (o, n), v in before.items() if after.get((o, n)) is not v]
+    blocked += [f"registered plugin {name}" for name in plugin.new_plugins()]
+    emit({"kind": "final", "exit": code, "blocked": blocked})
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    leave(code)
+
+
+if __name__ == "__main__":
+    main(json.loads(sys.argv[1]))
