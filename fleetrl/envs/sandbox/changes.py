@@ -27,14 +27,14 @@ from fleetrl.envs.sandbox import fs
 from fleetrl.envs.sandbox.types import Change
 
 # Caches and tool state never belong in a patch; .git is the base's history, not the work.
+# Bytecode outside __pycache__ is no cache: Python imports a sourceless .pyc, so it is a
+# change (the verifier flags it).
 IGNORED_DIRS = frozenset({"__pycache__", ".pytest_cache", ".git"})
-IGNORED_SUFFIXES = (".pyc", ".pyo")
 
 
 def is_ignored(rel: str) -> bool:
-    """True for paths a patch never carries (bytecode, caches, .git)."""
-    parts = rel.split("/")
-    return any(p in IGNORED_DIRS for p in parts) or rel.endswith(IGNORED_SUFFIXES)
+    """True for paths a patch never carries (caches, .git)."""
+    return any(p in IGNORED_DIRS for p in rel.split("/"))
 
 
 @dataclass(frozen=True)

@@ -139,6 +139,7 @@ def test_changes_and_diff_apply_to_a_pristine_copy(
             "pkg/calc.py": Change("pkg/calc.py", "modified"),
             "src/crlf.txt": Change("src/crlf.txt", "added"),
             "src/empty": Change("src/empty", "added"),
+            "stray.pyc": Change("stray.pyc", "added"),  # imported without a source: a change
         }
         patch = sb.diff([p for p in changes if p != "blob.bin"])
         assert "Binary files" in sb.diff(["blob.bin"])
