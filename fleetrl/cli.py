@@ -219,9 +219,18 @@ def bench_weights(
     threads: Annotated[int, typer.Option(help="torch CPU threads.")] = 2,
     decode_batch: Annotated[int, typer.Option(help="Requests decoding during the swap.")] = 8,
     seed: Annotated[int, typer.Option(help="Seed.")] = 0,
+    from_run: Annotated[
+        str,
+        typer.Option(
+            "--from-run",
+            help="Also measure the codec on a real run's versions: a run directory "
+            "(runs/NAME) or its store URL.",
+        ),
+    ] = "",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
 ) -> None:
-    """Delta size vs the entropy floor, codec GB/s per core, engine pause on apply."""
+    """Delta size vs the entropy floor, codec GB/s per core, engine pause on apply; with
+    --from-run, the same on the versions a run actually published."""
     try:
         rates = [float(x) for x in lrs.split(",") if x.strip()]
     except ValueError:
@@ -242,6 +251,7 @@ def bench_weights(
         threads=threads,
         decode_batch=decode_batch,
         seed=seed,
+        from_run=from_run,
     )
     result = run_weights_bench(config, progress=not as_json)
     print_figures(result if as_json else flat_figures(result), "weight sync benchmark", as_json)
@@ -288,6 +298,72 @@ def bench_pipeline(
     flat = {f"{mode}_{k}": v for mode in ("sync", "async") for k, v in result[mode].items()}
     print_figures(
         result if as_json else flat | {"speedup": result["speedup"]}, "pipeline benchmark", as_json
+    )
+
+
+@bench_app.command("fleet")
+def bench_fleet(
+    steps: Annotated[int, typer.Option(help="Optimizer steps per leg.")] = 8,
+    groups_per_step: Annotated[int, typer.Option(help="Groups per step (P).")] = 4,
+    group_size: Annotated[int, typer.Option(help="Samples per group (G).")] = 4,
+    max_staleness: Annotated[int, typer.Option(help="The trainer's staleness bound.")] = 2,
+    link_mbps: Annotated[
+        float, typer.Option(help="Each region's link from the run's store, megabits/s.")
+    ] = 32.0,
+    slow_latency: Annotated[
+        float,
+        typer.Option(help="The slow region's mean extra environment wait per tool turn, s."),
+    ] = 2.0,
+    model: Annotated[
+        str | None, typer.Option(help="Checkpoint directory, or `base` \\[model.path].")
+    ] = None,
+    config_file: ConfigOption = None,
+    set_: SetOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
+) -> None:
+    """A trainer and three regions (one slow, each behind a throttled link to its own
+    weight store), with no region lost and with one killed mid-run.
+
+    Two legs on one workload, as real processes over fresh local-folder stores: all three
+    regions to the end, then region-1 killed (SIGKILL) halfway and not restarted. Measures
+    cross-region bytes per version (per region and total, against the trainer's delta),
+    the time from each publish until each region and until every region serves it (p50 /
+    p95 over versions), the trainer's idle fraction, the staleness histogram, samples/s
+    between the first and last optimizer step, and samples/s killed / none. Settings start
+    from the run configuration tree (defaults, --config, --set); the flags set the
+    workload."""
+    if steps < 2 or groups_per_step < 1 or group_size < 2 or max_staleness < 0:
+        raise fail("need --steps >= 2, --groups-per-step >= 1, --group-size >= 2")
+    if link_mbps <= 0 or slow_latency < 0:
+        raise fail("need --link-mbps > 0 and --slow-latency >= 0")
+    base = run_config(config_file, set_, {"model.path": model})
+    from fleetrl.model.checkpoint import resolve_checkpoint
+    from fleetrl.orchestrate.fleet_bench import FleetWorkload, run_fleet_bench
+    from fleetrl.orchestrate.local import RunFailed
+
+    if not (resolve_checkpoint(base.model.path) / "config.json").is_file():
+        raise fail(f"{base.model.path} is not a checkpoint directory")
+    workload = FleetWorkload(
+        steps, groups_per_step, group_size, max_staleness, 3, link_mbps, slow_latency
+    )
+    try:
+        result = run_fleet_bench(base, workload, echo=not as_json)
+    except RunFailed as err:
+        raise fail(str(err)) from None
+    flat = {
+        f"{leg}_{k}": v
+        for leg in ("none", "killed")
+        for k, v in result[leg].items()
+        if k != "regions"
+    }
+    for leg in ("none", "killed"):
+        for region, figures in result[leg]["regions"].items():
+            for key in ("hold_s_p50", "cross_region_bytes_per_version"):
+                flat[f"{leg}_{region}_{key}"] = figures[key]
+    print_figures(
+        result if as_json else flat | {"killed_vs_none": result["killed_vs_none"]},
+        "fleet benchmark",
+        as_json,
     )
 
 
@@ -525,18 +601,39 @@ def region_command(
             "copies each version into it once and the engine follows it there."
         ),
     ] = None,
+    link_mbps: Annotated[
+        float | None,
+        typer.Option(
+            help="Simulate a cross-region link of this many megabits/s between the run's "
+            "store and --regional-store: the relay's copy of each version takes its "
+            "size / bandwidth (benchmarks)."
+        ),
+    ] = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            help="Override this region's own rollout settings, e.g. --set "
+            "rollout.env_latency_s=2 (repeatable; rollout.* only).",
+        ),
+    ] = None,
 ) -> None:
     """A rollout region of a run in a store: exits 0 after the trainer's stop signal."""
     if not store or not name:
         raise fail("--store and --name are required")
     if not name.replace("-", "").replace("_", "").isalnum():
         raise fail(f"--name {name!r}: use letters, digits, '-' and '_'")
+    if link_mbps is not None and (link_mbps <= 0 or not regional_store):
+        raise fail("--link-mbps needs --regional-store and a bandwidth > 0")
+    from fleetrl.config import ConfigError, parse_overrides
     from fleetrl.orchestrate.roles import region_role
     from fleetrl.store.run import RunNotFound
 
+    link = link_mbps * 1e6 / 8 if link_mbps is not None else None
     try:
-        code = region_role(store, name, workdir, regional_store)
-    except RunNotFound as err:
+        overrides = parse_overrides(set_ or [])
+        code = region_role(store, name, workdir, regional_store, overrides, link)
+    except (RunNotFound, ConfigError) as err:
         raise fail(str(err)) from None
     raise typer.Exit(code)
 
@@ -700,12 +797,14 @@ def verify(
 def report(
     run_dir: Annotated[Path, typer.Argument(help="A run directory (runs/NAME).")],
 ) -> None:
-    """Write RUN_DIR/report.html: plots of reward, staleness, sync, mismatch, throughput."""
+    """Write RUN_DIR/report.html: plots of reward, staleness, sync, mismatch, throughput,
+    and each region's own metrics from the run's store (wherever the regions ran)."""
     if not run_dir.is_dir():
         raise fail(f"{run_dir} is not a directory")
     from fleetrl.observe import write_report
+    from fleetrl.store.region_metrics import read_run_region_metrics
 
-    typer.echo(f"wrote {write_report(run_dir)}")
+    typer.echo(f"wrote {write_report(run_dir, read_run_region_metrics(run_dir))}")
 
 
 def main() -> None:

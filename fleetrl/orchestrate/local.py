@@ -38,6 +38,7 @@ from fleetrl.orchestrate.run import create_run
 from fleetrl.rollout.evaluate import EvalResult, evaluate_checkpoint
 from fleetrl.store.control import store_url
 from fleetrl.store.objectstore import open_store
+from fleetrl.store.region_metrics import read_run_region_metrics
 from fleetrl.store.run import CONFIG_KEY
 
 # A process is restarted after each crash unless it crashed more than CRASH_LIMIT times
@@ -238,5 +239,5 @@ def evaluate_and_report(config: RunConfig, run_dir: Path, progress: bool = True)
                 summary[label] = result.to_json()
                 log.log_record(step, eval_record(result, label))
         (run_dir / "eval.json").write_text(json.dumps(summary, indent=2))
-    write_report(run_dir)
+    write_report(run_dir, read_run_region_metrics(run_dir))
     return summary

@@ -1,11 +1,14 @@
 """The two roles of a run, each a process that needs nothing but the store's URL:
 
     fleetrl trainer --store URL [--workdir DIR]
-    fleetrl region --store URL --name NAME [--workdir DIR]
+    fleetrl region --store URL --name NAME [--workdir DIR] [--regional-store URL
+                   [--link-mbps M]] [--set rollout.KEY=VALUE …]
 
 Each opens the run (`orchestrate.run.open_run`): the config, the base checkpoint and the
 task folder are copied from the store into the process's own work folder (default
-runs/NAME for the trainer, runs/NAME/regions/REGION for a region). The trainer exits 0 when
+runs/NAME for the trainer, runs/NAME/regions/REGION for a region). A region may override
+its own `rollout` settings (a slower environment, fewer groups): they change nothing of
+the run's other processes. The trainer exits 0 when
 the run's steps are done and FENCED_EXIT when a newer trainer has taken over; a region
 exits 0 after the trainer's stop signal. `fleetrl train` starts them the same way.
 """
@@ -14,8 +17,9 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
-from fleetrl.config import parse_config
+from fleetrl.config import ConfigError, parse_config, with_overrides
 from fleetrl.orchestrate.run import open_run
 from fleetrl.store.control import Fenced
 from fleetrl.store.objectstore import open_store
@@ -46,12 +50,23 @@ def trainer_role(url: str, workdir: Path | None = None) -> int:
 
 
 def region_role(
-    url: str, name: str, workdir: Path | None = None, regional_store: str | None = None
+    url: str,
+    name: str,
+    workdir: Path | None = None,
+    regional_store: str | None = None,
+    overrides: dict[str, Any] | None = None,
+    link_bytes_per_s: float | None = None,
 ) -> int:
     """Run region `name` of the run at `url` until the trainer says stop; the exit code.
-    `regional_store`: the region's own weight store, fed once per version by a relay."""
+    `regional_store`: the region's own weight store, fed once per version by a relay over a
+    link of `link_bytes_per_s` (None: unthrottled); `overrides`: this region's own
+    `rollout` settings over the run's (nested, e.g. {"rollout": {"env_latency_s": 2.0}})."""
     from fleetrl.rollout.region import run_region
 
+    others = sorted(set(overrides or {}) - {"rollout"})
+    if others:
+        raise ConfigError(f"a region may override only rollout.* settings, not {others[0]}.*")
     workdir = workdir or default_workdir(url, name)
-    run_region(open_run(url, workdir), workdir, name, regional_store)
+    config = with_overrides(open_run(url, workdir), overrides or {})
+    run_region(config, workdir, name, regional_store, link_bytes_per_s)
     return 0

@@ -6,7 +6,10 @@
           ▲                                 │ finished group
           └── grant (store) ◀── trainer ◀───┴─▶ TrajectoryChannel.append (store)
     heartbeat every HEARTBEAT_S ─▶ control/regions/NAME.json (store)
+                                 ─▶ metrics/regions/NAME/… (store: versions applied and
+                                    relayed, groups; `fleetrl.store.region_metrics`)
     optional: RegionRelay origin weights/ ─▶ the region's own bucket ─▶ WeightFollower
+              (over a throttled link when `link_bytes_per_s` simulates a cross-region one)
 
 The gate starts a group only within this region's grant of the fleet's one admission
 budget (`fleetrl.store.admission`), so every admitted sample is due for training within
@@ -40,6 +43,12 @@ from fleetrl.rollout.worker import GroupResult, Rollouts, rollout_engine
 from fleetrl.store.admission import Heartbeat, may_start, read_grants, write_heartbeat
 from fleetrl.store.control import read_progress, stop_signalled, store_url
 from fleetrl.store.follower import WeightFollower
+from fleetrl.store.region_metrics import (
+    GroupDone,
+    RegionMetricsWriter,
+    VersionApplied,
+    VersionRelayed,
+)
 from fleetrl.store.relay import RegionRelay
 from fleetrl.store.trajectories import RegionReport, TrajectoryChannel
 from fleetrl.store.weights import WeightStore
@@ -51,15 +60,23 @@ class Region:
     """One region's loop: admission, groups in flight, results to the channel."""
 
     def __init__(
-        self, config: RunConfig, run_dir: Path, name: str, regional_store: str | None = None
+        self,
+        config: RunConfig,
+        run_dir: Path,
+        name: str,
+        regional_store: str | None = None,
+        link_bytes_per_s: float | None = None,
     ) -> None:
         """`regional_store`: the region's own weight store (a bucket in its region); a
-        relay copies each version into it once and the engine follows it there."""
+        relay copies each version into it once and the engine follows it there, the copy
+        limited to `link_bytes_per_s` when given (a simulated cross-region link)."""
         self.config = config
         self.name = name
         self.weights = WeightStore(store_url(config.store.url, run_dir))
         self.channel = TrajectoryChannel(self.weights.store)
+        self.metrics = RegionMetricsWriter(self.weights.store, name)
         self.regional = WeightStore(regional_store) if regional_store else None
+        self.link_bytes_per_s = link_bytes_per_s
         tasks = config.tasks
         self.tasks = load_tasks(
             suite=None if tasks.tasks_dir else tasks.suite,
@@ -74,6 +91,7 @@ class Region:
         self.syncs_since_report: list[dict[str, float]] = []
         self.failures_since_report: Counter[str] = Counter()
         self.failed = 0  # episodes that raised, since this process started
+        self.noted = (0, 0)  # follower and relay records already queued as metrics
 
     def may_admit(self, held: int, in_flight: int, grant: int, trainer_version: int) -> bool:
         """Whether one more group may start now: within this region's grant of the fleet's
@@ -91,9 +109,40 @@ class Region:
         )
 
     def heartbeat(self, held: int, in_flight: int) -> None:
-        """Tell the trainer (and `fleetrl status`) how this region stands."""
+        """Tell the trainer (and `fleetrl status`) how this region stands, and write the
+        metrics measured since the last heartbeat."""
         beat = Heartbeat(self.name, self.submitted, in_flight, held, time.time(), self.failed)
         write_heartbeat(self.weights.store, beat)
+        self.metrics.flush()
+
+    def note_weights(self, follower: WeightFollower, relay: RegionRelay | None) -> None:
+        """Queue a metrics record for each version applied or relayed since the last call."""
+        applied, relayed = self.noted
+        swaps = follower.records[applied:]
+        copies = relay.records[relayed:] if relay else []
+        for s in swaps:
+            self.metrics.append(
+                VersionApplied(
+                    version=s.version,
+                    time=s.time,
+                    pause_s=s.pause_s,
+                    fetch_s=s.fetch_s,
+                    bytes=s.bytes_read,
+                    route=s.route,
+                )
+            )
+        for r in copies:
+            self.metrics.append(
+                VersionRelayed(
+                    version=r.version,
+                    time=r.time,
+                    bytes=r.bytes_in,
+                    fetch_s=r.fetch_s,
+                    publish_s=r.publish_s,
+                    route=r.route,
+                )
+            )
+        self.noted = (applied + len(swaps), relayed + len(copies))
 
     async def run(self) -> None:
         """Run groups until the trainer says stop."""
@@ -108,9 +157,15 @@ class Region:
         model = load_pretrained(checkpoint, dtype=torch.float32)
         engine = rollout_engine(model, harness, episodes, self.config.trainer.seed)
         stop = asyncio.Event()
-        relaying = None
+        relay, relaying = None, None
         if self.regional is not None:
-            relay = RegionRelay(self.weights, self.regional, f"relay-{self.name}", poll_s=0.2)
+            relay = RegionRelay(
+                self.weights,
+                self.regional,
+                f"relay-{self.name}",
+                poll_s=0.2,
+                link_bytes_per_s=self.link_bytes_per_s,
+            )
             await asyncio.to_thread(relay.sync_once)
             relaying = asyncio.create_task(relay.run(stop))
         follower = WeightFollower(self.regional or self.weights, engine, self.name, poll_s=0.2)
@@ -118,12 +173,14 @@ class Region:
         rollouts = Rollouts(engine, tokenizer, harness, rc, episodes, rc.max_concurrent_verify)
         following = asyncio.create_task(follower.run(stop))
         in_flight: set[asyncio.Task[GroupResult]] = set()
+        group_ids: dict[asyncio.Task[GroupResult], str] = {}
         seen_syncs = len(follower.records)
         last_beat = -HEARTBEAT_S
         try:
             while not await asyncio.to_thread(stop_signalled, self.weights.store):
                 held = follower.held or 0
                 if time.monotonic() - last_beat >= HEARTBEAT_S:
+                    self.note_weights(follower, relay)
                     await asyncio.to_thread(self.heartbeat, held, len(in_flight))
                     last_beat = time.monotonic()
                 progress = await asyncio.to_thread(read_progress, self.weights.store)
@@ -132,9 +189,9 @@ class Region:
                     task = self.rng.choice(self.tasks)
                     group_id = f"{self.name}-{self.started}"
                     self.started += 1
-                    in_flight.add(
-                        asyncio.create_task(rollouts.run_group(task, rc.group_size, group_id))
-                    )
+                    started = asyncio.create_task(rollouts.run_group(task, rc.group_size, group_id))
+                    in_flight.add(started)
+                    group_ids[started] = group_id
                 if not in_flight:
                     await asyncio.sleep(0.2)
                     continue
@@ -145,7 +202,9 @@ class Region:
                 seen_syncs = len(follower.records)
                 self.syncs_since_report += [asdict(r) for r in new_syncs]
                 for finished in done:
-                    await self._send(finished.result(), follower.held or 0)
+                    result = finished.result()
+                    self.note_group(group_ids.pop(finished), result)
+                    await self._send(result, follower.held or 0)
         finally:
             stop.set()
             for pending in in_flight:
@@ -154,6 +213,24 @@ class Region:
                 background = [following, *([relaying] if relaying else [])]
                 await asyncio.gather(*in_flight, *background, return_exceptions=True)
             await engine.close()
+            self.note_weights(follower, relay)
+            await asyncio.to_thread(self.metrics.flush)
+
+    def note_group(self, group_id: str, result: GroupResult) -> None:
+        """Queue the metrics record of a finished (or dropped) group."""
+        versions = {
+            v for t in result.trajectories for seg in t.segments for v in seg.versions if v >= 0
+        }
+        self.metrics.append(
+            GroupDone(
+                group_id=group_id,
+                time=time.time(),
+                versions=sorted(versions),
+                episode_s=[t.duration_s for t in result.trajectories],
+                failures=dict(result.failures),
+                dropped=result.dropped,
+            )
+        )
 
     async def _send(self, result: GroupResult, held: int) -> None:
         """Append a finished group with its report; a dropped group sends nothing, its
@@ -179,7 +256,11 @@ class Region:
 
 
 def run_region(
-    config: RunConfig, run_dir: Path, name: str = "region-0", regional_store: str | None = None
+    config: RunConfig,
+    run_dir: Path,
+    name: str = "region-0",
+    regional_store: str | None = None,
+    link_bytes_per_s: float | None = None,
 ) -> None:
     """Entry point of a region process."""
-    asyncio.run(Region(config, run_dir, name, regional_store).run())
+    asyncio.run(Region(config, run_dir, name, regional_store, link_bytes_per_s).run())

@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -62,6 +63,7 @@ class SyncRecord:
     tensors: int  # tensors copied into the engine
     fetch_s: float  # wall seconds to download, decode and verify (decoding went on)
     pause_s: float  # seconds decoding stood still for the swap
+    time: float  # unix time the engine began serving `version` (the swap's end)
 
 
 @dataclass
@@ -107,6 +109,7 @@ class WeightFollower:
             tensors=len(result.tensors),
             fetch_s=result.fetch_s,
             pause_s=pause,
+            time=time.time(),
         )
         self.held = latest
         self.records.append(record)

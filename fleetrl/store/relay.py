@@ -2,7 +2,7 @@
 
     origin store (the trainer's)                        region store (the region's cache)
       weights/… ═══ cross-region link ═══▶ RegionRelay ──▶ weights/… ──▶ WeightFollower ─▶ Engine
-                  (ThrottledStore to simulate one)                       WeightFollower ─▶ Engine
+               (link_bytes_per_s to simulate one)                        WeightFollower ─▶ Engine
                                                                          … N engines
 
     ┌──────────────────────── every poll_s ────────────────────────┐
@@ -34,6 +34,7 @@ import logging
 import time
 from dataclasses import dataclass
 
+from fleetrl.store.objectstore import ThrottledStore
 from fleetrl.store.weights import WeightStore, WeightStoreError
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,7 @@ class RelayRecord:
     region_bytes: int  # bytes written into the region store (delta, snapshot, manifest)
     fetch_s: float  # wall seconds to pull and verify across the link
     publish_s: float  # wall seconds to re-encode and write into the region
+    time: float  # unix time the version was committed in the region store
 
 
 class RegionRelay:
@@ -61,8 +63,14 @@ class RegionRelay:
         name: str,
         poll_s: float = 1.0,
         keep_last: int | None = 8,
+        link_bytes_per_s: float | None = None,
     ) -> None:
-        self.origin = origin  # wrap its ObjectStore in a ThrottledStore to simulate a slow link
+        """`link_bytes_per_s`: simulate a cross-region link of this bandwidth (every
+        transfer from the origin then takes size / bandwidth seconds); None: as fast as
+        the origin answers."""
+        if link_bytes_per_s is not None:
+            origin = WeightStore(ThrottledStore(origin.store, link_bytes_per_s))
+        self.origin = origin
         self.region = region
         self.name = name  # heartbeat name at the origin; unique per region
         self.poll_s = poll_s
@@ -89,6 +97,7 @@ class RegionRelay:
             region_bytes=published.delta_bytes + published.full_bytes + published.manifest_bytes,
             fetch_s=fetched - started,
             publish_s=time.perf_counter() - fetched,
+            time=time.time(),
         )
         self.records.append(record)
         return record
