@@ -163,6 +163,10 @@ class StoreSection(_Section):
     """Object store URL (local folder or s3://...); empty: runs/NAME/store."""
     full_every: int = Field(10, ge=1)
     """A full snapshot every K versions, deltas in between."""
+    publish_dtype: Literal["bfloat16", "float32"] = "bfloat16"
+    """Dtype of the published versions (what engines serve): the float32 masters rounded
+    once per publish. bf16 leaves most elements bit-identical from one version to the
+    next, so deltas are small; float32 ships every element of every version."""
     collect_garbage: bool = True
     """After each checkpoint, delete the trajectories it covers and the weight versions no
     follower needs; off keeps everything (benchmarks read the channel afterwards)."""

@@ -78,9 +78,9 @@ class SyncRecord:
     kind: ClassVar[str] = "sync"
     step_axis: ClassVar[str] = "policy version"
 
-    sync_bytes: int  # bytes written for this version (delta or full objects)
-    sync_full_bytes: int  # bytes of a full float32 snapshot, for comparison
-    changed_frac: float  # fraction of weight elements changed since the previous version
+    sync_bytes: int  # bytes a follower holding the previous version downloads (manifest + delta)
+    full_bytes: int  # bytes of one full version in the served dtype (uncompressed)
+    unchanged_frac: float  # fraction of elements bit-identical to the previous version
     # Means over the weight swaps the regions reported with the trained groups (None: none).
     sync_pause_ms: float | None = None  # ms: inference paused to apply a version
     sync_fetch_ms: float | None = None  # ms: fetching a version from the store

@@ -2,7 +2,9 @@
 
 Role: `write_report(run_dir)` reads `run_dir/metrics.jsonl` (see `fleetrl.observe.metrics`),
 `run_dir/config.toml` (shown verbatim) and `run_dir/eval.json` if present, and writes
-`run_dir/report.html`. The page has no external assets: plots are inline base64 PNGs drawn
+`run_dir/report.html`; given the regions' own metrics (read from the run's store by the
+caller, `fleetrl.store.region_metrics`, so regions that ran elsewhere show too), a table
+per region. The page has no external assets: plots are inline base64 PNGs drawn
 by matplotlib (object API, Agg renderer; the global pyplot backend is not touched).
 
 Contract: the metric keys read, by record kind (`SECTIONS` below is the source of truth; every
@@ -16,7 +18,7 @@ key is a field of the kind's record in `fleetrl.observe.records`, checked on imp
              wait_s, forward_backward_s, publish_s              (e) throughput and time split
              loss, grad_norm, entropy, output_scale             optimisation
     eval     pass_at_1, ci_low, ci_high (step = train step evaluated at; on plot (a))
-    sync     sync_bytes, sync_full_bytes, sync_pause_ms (step = policy version)      (c)
+    sync     sync_bytes, full_bytes, unchanged_frac, sync_pause_ms (step = version)  (c)
 
 `eval.json`, if present, maps a label to a summary object, e.g.
 `{"base": {"pass_at_1": 0.31, "ci_low": 0.25, "ci_high": 0.37, "n": 200}, "final": {…}}`;
@@ -118,15 +120,17 @@ SECTIONS = (
     Section(
         "sync",
         "Weight sync",
-        "Bytes published per policy version (delta as sent vs a full snapshot, log scale) and "
-        "how long inference paused to apply it.",
+        "Bytes published per policy version (delta as sent vs a full version in the served "
+        "dtype, log scale), the fraction of elements bit-identical to the previous version, "
+        "and how long inference paused to apply it.",
         (
             Panel(
                 "bytes per version",
-                (_sync("sync_bytes"), _sync("sync_full_bytes")),
+                (_sync("sync_bytes"), _sync("full_bytes")),
                 style="points",
                 log_bytes=True,
             ),
+            Panel("unchanged elements", (_sync("unchanged_frac"),), "fraction"),
             Panel("engine pause", (_sync("sync_pause_ms"),), "ms"),
         ),
     ),
@@ -174,8 +178,10 @@ SECTIONS = (
 )
 
 
-def write_report(run_dir: Path) -> Path:
-    """Write `run_dir/report.html` from the run's metrics, config and evals; return its path."""
+def write_report(run_dir: Path, regions: dict[str, list[dict[str, Any]]] | None = None) -> Path:
+    """Write `run_dir/report.html` from the run's metrics, config and evals, and the
+    regions' own records if given (region -> records of kinds "applied", "relayed",
+    "group"); return its path."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise FileNotFoundError(f"run directory {run_dir} does not exist")
@@ -195,10 +201,11 @@ def write_report(run_dir: Path) -> Path:
         _summary_table(run_dir.name, raw, records, evals),
         "<nav>"
         + " · ".join(f"<a href='#{s.anchor}'>{_esc(s.title)}</a>" for s in SECTIONS)
-        + " · <a href='#evals'>Evaluations</a> · <a href='#config'>Configuration</a>"
-        " · <a href='#logged'>Metrics logged</a></nav>",
+        + " · <a href='#regions'>Regions</a> · <a href='#evals'>Evaluations</a>"
+        " · <a href='#config'>Configuration</a> · <a href='#logged'>Metrics logged</a></nav>",
     ]
     body += [_section_html(section, records) for section in SECTIONS]
+    body.append(_regions_html(regions or {}))
     body.append(_evals_html(evals, eval_error))
     body.append(_config_html(config))
     body.append(_logged_html(records))
@@ -310,7 +317,7 @@ def _sync_summary(records: Records) -> str | None:
     if not sent:
         return None
     text = f"{_human_bytes(sum(sent))} over {len(sent)} version{'s' * (len(sent) != 1)}"
-    full = _numeric(records, _sync("sync_full_bytes"))[1]
+    full = _numeric(records, _sync("full_bytes"))[1]
     if full and sum(sent) > 0:
         text += f" (full snapshots: {_human_bytes(sum(full))}, {sum(full) / sum(sent):.1f}x more)"
     pauses = _numeric(records, _sync("sync_pause_ms"))[1]
@@ -515,6 +522,40 @@ def _evals_html(evals: dict[str, Any], error: str | None) -> str:
         for label, summary in evals.items()
     )
     return f"{head}<table><tr>{header}</tr>{rows}</table></section>"
+
+
+def _regions_html(regions: dict[str, list[dict[str, Any]]]) -> str:
+    """One row per region from its own records: versions applied, relayed, groups."""
+    head = "<section id='regions'><h2>Regions</h2>"
+    if not regions:
+        return f"{head}<p class='missing'>no region metrics in the store</p></section>"
+    columns = (
+        "versions applied (last)", "mean fetch / pause", "bytes read", "versions relayed",
+        "bytes across regions", "groups sent / dropped", "episodes (mean s)", "failed episodes",
+    )  # fmt: skip
+    rows = []
+    for name, kept in sorted(regions.items()):
+        by = {k: [r for r in kept if r.get("kind") == k] for k in ("applied", "relayed", "group")}
+        applied, relayed, groups = by["applied"], by["relayed"], by["group"]
+        episodes = [s for g in groups for s in g.get("episode_s", [])]
+        fetch = [r["fetch_s"] * 1e3 for r in applied]
+        pause = [r["pause_s"] * 1e3 for r in applied]
+        dropped = sum(bool(g.get("dropped")) for g in groups)
+        cells = (
+            f"{len(applied)} ({applied[-1]['version']})" if applied else "0",
+            f"{_mean(fetch):.0f} / {_mean(pause):.1f} ms" if applied else "",
+            _human_bytes(sum(r["bytes"] for r in applied)),
+            str(len(relayed)),
+            _human_bytes(sum(r["bytes"] for r in relayed)) if relayed else "",
+            f"{len(groups) - dropped} / {dropped}",
+            f"{len(episodes)} ({_mean(episodes):.1f})" if episodes else "0",
+            str(sum(n for g in groups for n in g.get("failures", {}).values())),
+        )
+        data = "".join(f"<td>{c}</td>" for c in cells)
+        rows.append(f"<tr><th>{_esc(name)}</th>{data}</tr>")
+    header = "".join(f"<th>{_esc(c)}</th>" for c in ("region", *columns))
+    table = f"<table><tr>{header}</tr>{''.join(rows)}</table>"
+    return f"{head}{table}</section>"
 
 
 def _config_html(config: str | None) -> str:

@@ -46,7 +46,10 @@ def create_run(config: RunConfig, url: str) -> None:
     upload_folder(store, base, BASE_PREFIX)
     if config.tasks.tasks_dir:
         store.put(TASKS_KEY, pack_folder(Path(config.tasks.tasks_dir)))
-    weights = WeightStore(store, WeightStoreOptions(full_every=config.store.full_every))
+    options = WeightStoreOptions(
+        full_every=config.store.full_every, publish_dtype=config.store.publish_dtype
+    )
+    weights = WeightStore(store, options)
     if weights.highest() is None:
         weights.publish(0, load_pretrained(base, dtype=torch.float32).state_dict())
     store.put(CONFIG_KEY, dump_config(with_overrides(config, {"store": {"url": url}})).encode())

@@ -16,6 +16,12 @@ Then the codec alone on a synthetic ~1B-parameter bf16 state dict (size configur
 built tensor by tensor so memory stays near one tensor's worth: masters ~ N(0, 0.02),
 one Adam-sized step (lr x N(0, 1)) before rounding.
 
+With `from_run` (a run directory, whose versions are in its `store` folder, or a store
+URL), the codec also runs on that run's published versions, pair by pair (each version
+against its delta base): delta bytes against the full version, the unchanged fraction,
+encode and decode throughput, as stored and, for a run published in float32, as the same
+versions rounded to bf16 would have been; medians over the pairs.
+
 Throughput is bytes of bf16 weights per CPU second of the calling thread (time.thread_time):
 the codec runs single-threaded, so this is "per core" whatever else the process does.
 "Encode" and "decode" are the codec (XOR, positions, entropy coding); hashing (sha256 of
@@ -34,6 +40,7 @@ import statistics
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -46,7 +53,9 @@ from fleetrl.model.checkpoint import init_model
 from fleetrl.model.config import ModelConfig
 from fleetrl.store import codec
 from fleetrl.store.follower import WeightFollower
-from fleetrl.store.weights import WeightStore, WeightStoreOptions
+from fleetrl.store.manifest import Manifest
+from fleetrl.store.rebuild import Buffer
+from fleetrl.store.weights import Held, WeightStore, WeightStoreOptions
 from fleetrl.types import SamplingParams
 
 
@@ -65,6 +74,7 @@ class WeightsBenchConfig:
     synthetic_params: int = 1_000_000_000  # synthetic state dict size; 0 skips it
     synthetic_lr: float = 1e-6
     seed: int = 0
+    from_run: str = ""  # a run directory or store URL whose versions to measure; "": none
     # The small model: Qwen3 layout, ~3.4 M parameters.
     vocab_size: int = 1024
     hidden_size: int = 256
@@ -86,7 +96,7 @@ class _Totals:
     hash_s: float = 0.0
 
     def add(self, new: np.ndarray, old: np.ndarray, options: codec.CodecOptions) -> None:
-        """Measure one tensor (unsigned words of the bf16 weights); checks the round trip."""
+        """Measure one tensor (unsigned words of its weights); checks the round trip."""
         clock = time.thread_time()
         encoded = codec.encode(new, old, options)
         self.encode_s += time.thread_time() - clock
@@ -111,8 +121,12 @@ class _Totals:
         """Ratios and throughputs (JSON-ready)."""
         floor = self.floor_bits / 8
         delta = max(self.delta_bytes, 1)
+        # CPU clocks tick in microseconds: a few tiny tensors can measure 0 s.
+        encode_s, decode_s, hash_s = (
+            max(t, 1e-9) for t in (self.encode_s, self.decode_s, self.hash_s)
+        )
         return {
-            "unchanged_fraction": self.unchanged / self.elements,
+            "unchanged_fraction": self.unchanged / max(self.elements, 1),
             "full_bytes": self.full_bytes,
             "delta_bytes": self.delta_bytes,
             "floor_bytes": floor,
@@ -122,9 +136,11 @@ class _Totals:
             "full_over_floor": self.full_bytes / floor if floor else float("inf"),
             "plain_compression_ratio": self.full_bytes / max(self.plain_bytes, 1),
             "plain_floor_ratio": self.plain_bytes / floor if floor else 1.0,
-            "encode_gbps_per_core": self.full_bytes / self.encode_s / 1e9,
-            "decode_gbps_per_core": self.full_bytes / self.decode_s / 1e9,
-            "hash_gbps_per_core": self.full_bytes / self.hash_s / 1e9,
+            "encode_s": self.encode_s,
+            "decode_s": self.decode_s,
+            "encode_gbps_per_core": self.full_bytes / encode_s / 1e9,
+            "decode_gbps_per_core": self.full_bytes / decode_s / 1e9,
+            "hash_gbps_per_core": self.full_bytes / hash_s / 1e9,
         }
 
 
@@ -143,6 +159,8 @@ def run_weights_bench(config: WeightsBenchConfig | None = None, progress: bool =
         result["runs"] = runs
         if config.synthetic_params:
             result["synthetic"] = _run_synthetic(config, bar)
+    if config.from_run:
+        result["from_run"] = run_weights_bench_from_run(config.from_run, config.zstd_level)
     headline = next((r for r in runs if r["lr"] == 1e-6), runs[0] if runs else None)
     if headline is not None:
         result.update({"lr": headline["lr"], **headline["median"]})
@@ -171,14 +189,106 @@ def flat_figures(result: dict[str, Any]) -> dict[str, float | int | str]:
         synthetic = result["synthetic"]
         table["synthetic: parameters"] = synthetic["parameters"]
         table |= {f"synthetic: {key}": synthetic[key] for key in keys}
+    if "from_run" in result:
+        run = result["from_run"]
+        table["run: versions measured"] = len(run["pairs"])
+        table["run: dtype"] = run["dtype"]
+        run_keys = ("unchanged_fraction", "compression_ratio", "stored_compression_ratio")
+        run_keys += ("encode_gbps_per_core", "decode_gbps_per_core")
+        table |= {f"run: {key} (p50)": run["median"][key] for key in run_keys if run["median"]}
+        if run["median"].get("as_bfloat16"):
+            as_bf16 = run["median"]["as_bfloat16"]
+            for key in ("unchanged_fraction", "compression_ratio"):
+                table[f"run as bf16: {key} (p50)"] = as_bf16[key]
     return table
+
+
+def run_weights_bench_from_run(source: str, zstd_level: int = 3) -> dict[str, Any]:
+    """The codec on a real run's versions: for each version whose delta base is still in the
+    store (garbage collection keeps the last few), the delta's bytes against the full version
+    (as the run stored it, and re-encoded here with the round trip checked), the fraction of
+    elements unchanged, encode and decode throughput; for a float32 run, also the same pair
+    rounded to bf16. Medians over the pairs under "median" (JSON-ready).
+
+    `source` is a run directory (its versions are in `source/store`) or a store URL.
+    """
+    local = Path(source) / "store"
+    store = WeightStore(str(local) if local.is_dir() else source)
+    latest = store.latest()
+    versions = [v for v in store.versions() if latest is not None and v <= latest]
+    options = codec.CodecOptions(zstd_level=zstd_level)
+    pairs: list[dict[str, Any]] = []
+    held: Held | None = None
+    for version in versions:
+        manifest = store.manifest(version)
+        current = store.fetch(version, have=held)
+        if held is not None and manifest.base == held.version:
+            pairs.append(_measure_pair(held, current.tensors, manifest, options))
+            pairs[-1] |= {"version": version, "base": manifest.base}
+        held = Held(version, current.tensors)
+    served = store.manifest(versions[-1]).tensors.values() if versions else []
+    return {
+        "store": store.url,
+        "dtype": "/".join(sorted({entry.dtype for entry in served})),
+        "pairs": pairs,
+        "median": _medians(pairs),
+    }
+
+
+def _measure_pair(
+    old: Held, new: dict[str, torch.Tensor], manifest: Manifest, options: codec.CodecOptions
+) -> dict[str, Any]:
+    """One version against its base, tensor by tensor (tied tensors once)."""
+    totals, as_bf16 = _Totals(), _Totals()
+    rounds = False
+    for name, entry in manifest.tensors.items():
+        before = old.tensors.get(name)
+        after = new[name]
+        if entry.alias is not None or before is None:
+            continue  # stored once (tied), or new in this version
+        if before.shape != after.shape or before.dtype != after.dtype:
+            continue  # no comparable previous: the store ships it whole ("raw")
+        totals.add(_words(after), _words(before), options)
+        if after.is_floating_point() and after.dtype != torch.bfloat16:
+            rounds = True
+            as_bf16.add(
+                _words(after.to(torch.bfloat16)), _words(before.to(torch.bfloat16)), options
+            )
+    stored = manifest.object_bytes("delta")
+    figures: dict[str, Any] = {
+        **totals.figures(),
+        "stored_delta_bytes": stored,
+        "stored_compression_ratio": totals.full_bytes / max(stored, 1),
+        "manifest_bytes": len(manifest.to_json()),
+    }
+    if rounds:
+        figures["as_bfloat16"] = as_bf16.figures()
+    return figures
+
+
+def _words(tensor: torch.Tensor) -> np.ndarray:
+    """A tensor's bytes as unsigned words of its element size (what the codec encodes)."""
+    return Buffer.view_of(tensor).words()
+
+
+def _medians(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per key, the median over rows (nested dicts likewise); {} without rows."""
+    if not rows:
+        return {}
+    out: dict[str, Any] = {}
+    for key, value in rows[0].items():
+        if isinstance(value, dict):
+            out[key] = _medians([row[key] for row in rows])
+        elif key not in ("version", "base"):
+            out[key] = statistics.median(row[key] for row in rows)
+    return out
 
 
 def _model_config(config: WeightsBenchConfig) -> ModelConfig:
     return ModelConfig.small(config.vocab_size, config.hidden_size, config.num_hidden_layers)
 
 
-def _words(model: torch.nn.Module) -> dict[str, np.ndarray]:
+def _model_words(model: torch.nn.Module) -> dict[str, np.ndarray]:
     """The served bf16 weights of each parameter (tied ones once) as uint16 words."""
     return {
         name: p.detach().to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16).ravel()
@@ -208,7 +318,7 @@ async def _run_lr(config: WeightsBenchConfig, lr: float, bar: Progress) -> dict[
         decode_step_s = await _decode_step_s(engine, config.decode_batch)
         stop = asyncio.Event()
         background = asyncio.create_task(_keep_decoding(engine, config.decode_batch, stop))
-        previous = _words(master)
+        previous = _model_words(master)
         for step in range(1, config.steps + 1):
             ids = torch.randint(0, config.vocab_size, (config.batch_size, config.seq_len + 1))
             logits = master(ids[:, :-1]).logits
@@ -218,7 +328,7 @@ async def _run_lr(config: WeightsBenchConfig, lr: float, bar: Progress) -> dict[
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
-            current = _words(master)
+            current = _model_words(master)
             totals = _Totals()
             for name, new in current.items():
                 totals.add(new, previous[name], options)

@@ -4,8 +4,9 @@ Role: the trainer publishes every policy version; followers (engines, regional r
 fetch them. Only compressed deltas travel in steady state (codec.py); layout and manifest
 format are in manifest.py.
 
-    publish(v, state) ─▶ per tensor: hash, encode against the previous version, and
-                         every K versions also copy into a safetensors snapshot
+    publish(v, state) ─▶ per tensor: round to the served dtype (publish_dtype), hash,
+                         encode against the previous version, and every K versions
+                         also copy into a safetensors snapshot
                       ─▶ put data shards ─▶ put manifest ─▶ put LATEST    (commit order)
 
     fetch(v, have)    ─▶ route: the cheaper (in bytes) of
@@ -24,6 +25,9 @@ Contract:
 - A publish that dies before its manifest and LATEST leaves latest() at the previous
   version; its orphan objects are overwritten by the next publish or removed by `gc`.
 - One publisher per store (the trainer, or a region's relay). Any number of readers.
+- With `publish_dtype`, floating tensors are rounded to it on each publish, from the
+  caller's tensors (float32 masters): rounding never accumulates across versions, and
+  the versions (and their hashes) are the served weights, bit for bit.
 
 Not covered: concurrent publishers, encryption, partial (per-tensor) fetches, reverse
 deltas (going back to an older version is a fetch from a full snapshot).
@@ -54,6 +58,7 @@ from fleetrl.store.manifest import (
     dtype_name,
     manifest_key,
     parse_version_key,
+    torch_dtype,
 )
 from fleetrl.store.objectstore import ObjectNotFound, ObjectStore, open_store
 from fleetrl.store.rebuild import Buffer, plan_route, replay, verify
@@ -80,6 +85,9 @@ class WeightStoreOptions:
     shard_bytes: int = 1 << 30  # data objects are cut at about this size (memory per step)
     hash_name: str = "sha256"  # hashlib algorithm of the tensor hashes (sha256: SHA-NI fast)
     codec: codec.CodecOptions = field(default_factory=codec.CodecOptions)
+    # Floating tensors are rounded to this dtype (a manifest name, e.g. "bfloat16") on
+    # publish; None stores them as given (a relay republishing served versions).
+    publish_dtype: str | None = None
 
 
 class Held(NamedTuple):
@@ -100,10 +108,23 @@ class PublishResult:
     full_bytes: int  # bytes of the snapshot objects (0 unless full)
     manifest_bytes: int
     elements: int  # elements in the state dict (aliases counted once)
-    changed: int  # elements whose bits differ from `base`
+    nbytes: int  # bytes of one full version as published (uncompressed, aliases once)
+    changed: int  # elements whose bits differ from `base` (all of them without a base)
     hash_s: float  # CPU seconds spent hashing
     encode_s: float  # CPU seconds spent encoding deltas
     publish_s: float  # wall seconds, uploads included
+
+    @property
+    def shipped_bytes(self) -> int:
+        """What a follower holding `base` downloads for this version: the manifest and the
+        delta objects (without a base: the manifest and the full snapshot)."""
+        payload = self.delta_bytes if self.base is not None else self.full_bytes
+        return self.manifest_bytes + payload
+
+    @property
+    def unchanged_frac(self) -> float:
+        """Fraction of elements bit-identical to `base` (0 without a base)."""
+        return 1 - self.changed / self.elements if self.elements else 1.0
 
 
 @dataclass
@@ -143,6 +164,7 @@ class WeightStore:
         self.store = open_store(store, storage_options) if isinstance(store, str) else store
         self.url = self.store.url
         self.options = options or WeightStoreOptions()
+        self._served = _floating_dtype(self.options.publish_dtype)
         # The publisher's previous version, the base of the next delta (own copies).
         self._previous: tuple[int, dict[str, Buffer]] | None = None
         self._last_full: int | None = None
@@ -239,9 +261,10 @@ class WeightStore:
     # -- writing ------------------------------------------------------------------------
 
     def publish(self, version: int, state_dict: Mapping[str, torch.Tensor]) -> PublishResult:
-        """Store `state_dict` as `version`: a delta against the previous version, plus a
-        full snapshot every `full_every` versions (and for the first). Commits by writing
-        the manifest, then LATEST, after all data objects."""
+        """Store `state_dict` (rounded to `publish_dtype`, if set) as `version`: a delta
+        against the previous version, plus a full snapshot every `full_every` versions (and
+        for the first). Commits by writing the manifest, then LATEST, after all data
+        objects."""
         latest = self.latest()
         if latest is not None and version <= latest:
             raise WeightStoreError(
@@ -375,8 +398,10 @@ class WeightStore:
         buffers: dict[str, Buffer] = {}
         first_of: dict[tuple[str, str, tuple[int, ...]], str] = {}  # content → first name
         hash_s = encode_s = 0.0
-        elements = changed = 0
+        elements = nbytes = changed = 0
         for name, tensor in state_dict.items():
+            if self._served is not None and tensor.is_floating_point():
+                tensor = tensor.detach().to(self._served)  # round to nearest even
             given = Buffer.view_of(tensor)
             shape = given.shape
             clock = time.thread_time()
@@ -391,6 +416,7 @@ class WeightStore:
                 continue
             first_of[content] = name
             elements += given.raw.size // given.dtype.itemsize
+            nbytes += given.raw.size
             buffer = Buffer(given.raw.copy(), given.dtype, shape)  # ours: callers reuse theirs
             buffers[name] = buffer
             if previous is not None:
@@ -404,6 +430,8 @@ class WeightStore:
                 changed += encoded.changed
                 blob = deltas.add(encoded.payload) if encoded.codec != "same" else None
                 entry.delta = DeltaEntry(encoded.codec, encoded.changed, blob)
+            else:
+                changed += given.raw.size // given.dtype.itemsize
             if full:
                 snapshot.add(name, buffer.tensor())
         deltas.close()
@@ -427,8 +455,19 @@ class WeightStore:
             full_bytes=manifest.object_bytes("full"),
             manifest_bytes=len(body),
             elements=elements,
+            nbytes=nbytes,
             changed=changed,
             hash_s=hash_s,
             encode_s=encode_s,
             publish_s=time.perf_counter() - start,
         )
+
+
+def _floating_dtype(name: str | None) -> torch.dtype | None:
+    """The torch dtype of `publish_dtype`; raises ValueError unless it is a floating one."""
+    if name is None:
+        return None
+    dtype = torch_dtype(name)
+    if not dtype.is_floating_point:
+        raise ValueError(f"publish_dtype {name!r} is not a floating-point dtype")
+    return dtype

@@ -12,7 +12,8 @@ It shares nothing with the regions but the object store: weights/ (versions), tr
 checkpoint (in the store: `trainer.checkpoints`) holds the model, the optimizer, the RNG
 states, the step, the version, the channel cursor and the groups read but not yet trained,
 so a restarted trainer, on this machine or another, resumes exactly: no group lost, none
-trained twice in the lineage that survives. The model trains and publishes in float32.
+trained twice in the lineage that survives. The model trains in float32; each version is
+published rounded to `store.publish_dtype` (bf16 by default: what the engines serve).
 
 A step is one batch: it publishes one version and logs one `train` record, whatever the
 number of optimizer steps (`trainer.minibatches`) it takes; `TrainerState.step`, the
@@ -103,7 +104,9 @@ def run_trainer(config: RunConfig, run_dir: Path, poll_s: float = 0.2) -> Traine
     optimizer = make_optimizer(model, tc.lr, tc.output_norm_lr, tc.weight_decay)
     # The KL reference is the starting model, frozen (kept only when the loss needs it).
     reference = load_pretrained(base, dtype=torch.float32) if tc.kl_coef > 0 else None
-    options = WeightStoreOptions(full_every=config.store.full_every)
+    options = WeightStoreOptions(
+        full_every=config.store.full_every, publish_dtype=config.store.publish_dtype
+    )
     weights = WeightStore(store_url(config.store.url, run_dir), options)
     state, pending = _resume(weights.store, model, optimizer)
     state.incarnation = claim_incarnation(weights.store)

@@ -116,9 +116,9 @@ def sync_record(published: PublishResult, batch: list[GroupRecord]) -> SyncRecor
     fetch time the regions reported alongside the batch's groups."""
     syncs = [s for r in batch for s in r.report.syncs]
     return SyncRecord(
-        sync_bytes=published.delta_bytes + published.full_bytes,
-        sync_full_bytes=published.elements * 4,
-        changed_frac=published.changed / max(published.elements, 1),
+        sync_bytes=published.shipped_bytes,
+        full_bytes=published.nbytes,
+        unchanged_frac=published.unchanged_frac,
         sync_pause_ms=1000 * sum(s["pause_s"] for s in syncs) / len(syncs) if syncs else None,
         sync_fetch_ms=1000 * sum(s["fetch_s"] for s in syncs) / len(syncs) if syncs else None,
     )

@@ -341,7 +341,8 @@ CHEATS: list[tuple[str, str, Cheat, str, str]] = [
      "always_equal", "ws"),
     ("compiled extension named like the module", "static", compiled_extension,
      "compiled_artefact", "ws"),
-    ("sourceless .pyc in place of the module", "static", sourceless_bytecode, "compiled_artefact", "rl"),
+    ("sourceless .pyc in place of the module", "static", sourceless_bytecode,
+     "compiled_artefact", "rl"),
     ("always-equal lambda", "static", appends_to_module(lambda t: (
         f"class _Any:\n    __eq__ = lambda self, other: True\n\n\n"
         f"def {t.module}(*args):\n    return _Any()\n")), "always_equal", "ws"),

@@ -87,7 +87,8 @@ def test_resume_is_exact_and_nothing_is_trained_twice(tmp_path, tiny_checkpoint,
     weights = WeightStore(str(tmp_path / "resumed" / "store"))
     assert weights.latest() == 4
     published = weights.fetch(4).tensors
-    assert all(torch.equal(published[name], b[name]) for name in published)
+    # Published in the serving dtype (bf16): the masters rounded once.
+    assert all(torch.equal(published[n], b[n].to(published[n].dtype)) for n in published)
     records = [json.loads(line) for line in (tmp_path / "resumed" / "metrics.jsonl").open()]
     assert [r["step"] for r in records if r["kind"] == "train"] == [1, 2, 3, 4]
     assert (tmp_path / "resumed" / "final" / "tokenizer.json").is_file()

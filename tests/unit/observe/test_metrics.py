@@ -147,7 +147,7 @@ def test_log_record_writes_what_a_dict_log_writes(tmp_path):
         "pending_group_ids": ["region-1/3"],
     }
     step = {"mismatch_kl_k3": 1e-3, "clip_frac": 0.01, "loss": -0.1, "step_s": 2.0}
-    sync = {"sync_bytes": 1000, "sync_full_bytes": 50_000, "changed_frac": 0.3}
+    sync = {"sync_bytes": 1000, "full_bytes": 50_000, "unchanged_frac": 0.7}
     evals = {
         "pass_at_1": 0.5,
         "ci_low": 0.4,

@@ -50,7 +50,7 @@ LOOP_KEYS = [
     "dropped_group_ids",
     "pending_group_ids",
 ]
-SYNC_KEYS = ["sync_bytes", "sync_full_bytes", "changed_frac", "sync_pause_ms", "sync_fetch_ms"]
+SYNC_KEYS = ["sync_bytes", "full_bytes", "unchanged_frac", "sync_pause_ms", "sync_fetch_ms"]
 EVAL_KEYS = [
     "pass_at_1",
     "ci_low",

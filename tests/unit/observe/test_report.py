@@ -59,8 +59,8 @@ def make_run(run_dir, steps=200, seed=0):
             full = 50_000_000
             sync = SyncRecord(
                 sync_bytes=full if step % 10 == 0 else int(full * 0.04),
-                sync_full_bytes=full,
-                changed_frac=0.04,
+                full_bytes=full,
+                unchanged_frac=0.96,
                 sync_pause_ms=30 + 10 * rng.random(),
             )
             logger.log_record(step, sync)

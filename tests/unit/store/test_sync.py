@@ -240,3 +240,32 @@ def test_a_slow_link_slows_the_relay_not_the_engines(new_location):
     # The first copy is a full snapshot: at least its bytes over the bandwidth.
     assert record.fetch_s >= record.bytes_in / 1e6
     assert record.route == "full 0 + 0 deltas"
+
+
+def test_a_float32_engine_serves_versions_published_in_bf16(location):
+    """The trainer's setup: float32 masters published as bf16 (`publish_dtype`), a float32
+    engine following them. The engine holds exactly the bf16 values, and its float32
+    weights are a valid `have` for the next delta (cast back losslessly, hashes checked)."""
+    store = WeightStore(location.open(), Options(publish_dtype="bfloat16"))
+    master = init_model(CONFIG, seed=0)
+    g = torch.Generator().manual_seed(1)
+
+    async def main() -> None:
+        engine = Engine(init_model(CONFIG, seed=5), max_model_len=1100)  # float32
+        follower = WeightFollower(store, engine, name="engine-0", poll_s=0.01)
+        for version in range(3):
+            if version:
+                with torch.no_grad():
+                    for p in master.parameters():
+                        p.add_(torch.randn(p.shape, generator=g) * 1e-5)
+            store.publish(version, master.state_dict())
+            record = await follower.sync_once()
+            route = "full 0 + 0 deltas" if version == 0 else f"held {version - 1} + 1 delta"
+            assert record is not None and record.route == route
+            served = engine.model.state_dict()
+            for name, value in master.state_dict().items():
+                assert served[name].dtype == torch.float32
+                assert torch.equal(served[name], value.to(torch.bfloat16).float()), name
+        await engine.close()
+
+    asyncio.run(main())

@@ -298,3 +298,72 @@ def test_two_publishers_racing_for_one_version_one_wins_intact(location):
     winner = states[won.index(True)]
     assert same(WeightStore(store).fetch(1).tensors, winner)
     assert WeightStore(store).latest() == 1
+
+
+def test_publish_dtype_rounds_the_masters_once_per_version(location):
+    """Versions are the float32 masters rounded to bf16 at each publish: steps too small to
+    move a bf16 element accumulate in the masters and show once they cross a rounding
+    boundary; non-floating tensors pass unchanged; the result reports the served size."""
+    ws = WeightStore(location.open(), WeightStoreOptions(publish_dtype="bfloat16"))
+    policy = Policy()
+    masters = {**policy.master, "steps": torch.tensor([3]), "mask": torch.ones(2, dtype=torch.bool)}
+    results = []
+    for version in range(6):
+        if version:
+            policy.step(lr=1e-5)  # about a tenth of a bf16 unit at 0.02
+        results.append(ws.publish(version, masters))
+        fetched = WeightStore(location.open()).fetch(version).tensors
+        expected = {
+            k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in masters.items()
+        }
+        assert same(fetched, expected), version
+    assert all(
+        e.dtype == "bfloat16" for n, e in ws.manifest(5).tensors.items() if n in policy.master
+    )
+    # One full version in bf16, aliases once ("layers.0.norm.weight" and "scalar" differ).
+    floats = sum(v.numel() for v in policy.master.values())
+    assert results[0].nbytes == 2 * floats + 8 + 2
+    assert results[0].unchanged_frac == 0  # no base: everything is new
+    assert results[0].shipped_bytes == results[0].full_bytes + results[0].manifest_bytes
+    assert all(0.5 < r.unchanged_frac < 1 for r in results[1:])  # most did not move
+    for r in results[1:]:
+        assert r.unchanged_frac == 1 - r.changed / r.elements
+        assert r.shipped_bytes == r.delta_bytes + r.manifest_bytes < r.nbytes / 2
+
+
+def test_float32_versions_change_every_element(new_location):
+    """The same steps published as float32 leave almost no element unchanged, so the delta
+    ships most bytes: why versions are served in bf16."""
+    policy = Policy()
+    as_bf16 = WeightStore(new_location().open(), WeightStoreOptions(publish_dtype="bfloat16"))
+    as_f32 = WeightStore(new_location().open(), WeightStoreOptions(publish_dtype="float32"))
+    steps = []
+    for version in range(3):
+        if version:
+            policy.step(lr=1e-5)
+        state = {k: v.clone() for k, v in policy.master.items() if k != "layers.0.norm.weight"}
+        steps.append((as_bf16.publish(version, state), as_f32.publish(version, state)))
+    for bf16, f32 in steps[1:]:
+        assert f32.unchanged_frac < 0.01 < 0.5 < bf16.unchanged_frac
+        assert f32.nbytes == 2 * bf16.nbytes
+        assert f32.delta_bytes > 4 * bf16.delta_bytes
+
+
+def test_publish_dtype_must_be_a_floating_dtype(location):
+    with pytest.raises(ValueError, match="not a floating-point dtype"):
+        WeightStore(location.open(), WeightStoreOptions(publish_dtype="int64"))
+    with pytest.raises(ValueError, match="unknown dtype"):
+        WeightStore(location.open(), WeightStoreOptions(publish_dtype="bf16"))
+
+
+def test_steps_below_a_bf16_unit_add_up_in_the_masters(location):
+    """A quarter of a bf16 unit per step: a bf16 copy updated in place would never move;
+    rounded from the float32 masters at each publish, the third step shows."""
+    ws = WeightStore(location.open(), WeightStoreOptions(publish_dtype="bfloat16"))
+    master = {"w": torch.ones(64)}  # bf16 has 7 fraction bits: one unit at 1.0 is 2**-7
+    unchanged = []
+    for version in range(4):
+        unchanged.append(ws.publish(version, master).unchanged_frac)
+        master["w"] += 2**-9
+    assert unchanged == [0.0, 1.0, 1.0, 0.0]  # 1 + 2**-8 is a tie: rounds to even, 1.0
+    assert torch.equal(ws.fetch(3).tensors["w"], torch.full((64,), 1 + 2**-7, dtype=torch.bfloat16))
