@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from fleetrl.observe.report import write_report
-from fleetrl.store.objectstore import ObjectStore
 from fleetrl.store.region_metrics import (
     GroupDone,
     RegionMetricsWriter,
@@ -19,6 +18,7 @@ from fleetrl.store.region_metrics import (
 )
 from fleetrl.store.trajectories import TrajectoryChannel
 from fleetrl.store.weights import WeightStore, WeightStoreOptions
+from tests.unit.store.failing_store import FailingStore
 
 
 def applied(version: int) -> VersionApplied:
@@ -80,38 +80,8 @@ def test_a_restarted_region_continues_and_never_overwrites(location):
     assert sorted(versions) == [1, 2, 3] and len(store.list("metrics/regions/west/")) == 3
 
 
-class FailingStore(ObjectStore):
-    """A real store whose creates fail while `down` is set (an outage past the retries)."""
-
-    def __init__(self, inner: ObjectStore) -> None:
-        self.inner, self.url, self.down = inner, inner.url, False
-
-    def create(self, key: str, data: bytes) -> bool:
-        if self.down:
-            raise ConnectionError("store unreachable")
-        return self.inner.create(key, data)
-
-    def get(self, key: str) -> bytes:
-        return self.inner.get(key)
-
-    def put(self, key: str, data: bytes) -> None:
-        self.inner.put(key, data)
-
-    def exists(self, key: str) -> bool:
-        return self.inner.exists(key)
-
-    def list(self, prefix: str, start_after: str | None = None) -> list[str]:
-        return self.inner.list(prefix, start_after)
-
-    def list_folders(self, prefix: str) -> list[str]:
-        return self.inner.list_folders(prefix)
-
-    def delete(self, keys: list[str]) -> None:
-        self.inner.delete(keys)
-
-
 def test_a_failed_flush_keeps_the_records_for_the_next(location):
-    store = FailingStore(location.open())
+    store = FailingStore(location.open(), down=False)
     writer = RegionMetricsWriter(store, "west")
     writer.append(applied(1))
     store.down = True

@@ -14,8 +14,8 @@ import torch
 
 from fleetrl.store.errors import CorruptWeights, MissingWeights, WeightStoreError
 from fleetrl.store.manifest import LATEST_KEY, manifest_key, version_prefix
-from fleetrl.store.objectstore import ObjectStore
 from fleetrl.store.weights import Held, WeightStore, WeightStoreOptions
+from tests.unit.store.failing_store import FailingStore
 
 
 class Policy:
@@ -72,38 +72,6 @@ def publish_steps(ws: WeightStore, n: int, policy: Policy | None = None, first: 
         states.append(clone(policy.served()))
         ws.publish(version, states[-1])
     return states
-
-
-class FailingStore(ObjectStore):
-    """A real store whose puts of matching keys fail, as a dying publisher's would."""
-
-    def __init__(self, inner: ObjectStore, fail_when: str) -> None:
-        self.inner, self.url, self.fail_when = inner, inner.url, fail_when
-
-    def get(self, key: str) -> bytes:
-        return self.inner.get(key)
-
-    def put(self, key: str, data: bytes) -> None:
-        if self.fail_when in key:
-            raise OSError(f"simulated crash writing {key}")
-        self.inner.put(key, data)
-
-    def create(self, key: str, data: bytes) -> bool:
-        if self.fail_when in key:
-            raise OSError(f"simulated crash writing {key}")
-        return self.inner.create(key, data)
-
-    def exists(self, key: str) -> bool:
-        return self.inner.exists(key)
-
-    def list(self, prefix: str, start_after: str | None = None) -> list[str]:
-        return self.inner.list(prefix, start_after)
-
-    def list_folders(self, prefix: str) -> list[str]:
-        return self.inner.list_folders(prefix)
-
-    def delete(self, keys: list[str]) -> None:
-        self.inner.delete(keys)
 
 
 def test_every_version_round_trips_bit_exactly(location):
