@@ -367,6 +367,74 @@ def bench_fleet(
     )
 
 
+@bench_app.command("learning")
+def bench_learning(
+    base: Annotated[
+        str | None,
+        typer.Option(help="SFT checkpoint to start from, or `base` \\[model.path]."),
+    ] = None,
+    name: Annotated[
+        str | None, typer.Option(help="Run name: writes runs/NAME (default learning-TIME).")
+    ] = None,
+    max_tasks: Annotated[
+        int | None,
+        typer.Option(help="Evaluate on each split's first N tasks, 0: all \\[eval.max_tasks]."),
+    ] = None,
+    runs_dir: Annotated[Path, typer.Option(help="Where run directories live.")] = Path("runs"),
+    config_file: ConfigOption = None,
+    set_: SetOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
+) -> None:
+    """From one SFT-plateaued base: RL at the run configuration's budget (`fleetrl train`)
+    against SFT continued on the same demonstrations for RL's wall time.
+
+    Base, RL and SFT-more are each evaluated on heldout and heldout-templates at their
+    temperature chosen on val (pass@1 with CI, greedy, pass@8, recovery); the goals, the
+    base's SFT curves and the budgets go with them into runs/NAME/learning.json."""
+    import time
+
+    config = run_config(config_file, set_, {"model.path": base, "eval.max_tasks": max_tasks})
+    run_dir = runs_dir / (name or f"learning-{time.strftime('%Y%m%d-%H%M%S')}")
+    if run_dir.exists() and any(run_dir.iterdir()):
+        raise fail(f"{run_dir} is not empty; choose another --name")
+    from fleetrl.model.checkpoint import resolve_checkpoint
+    from fleetrl.orchestrate.learning_bench import (
+        LearningBenchError,
+        learning_rows,
+        run_learning_bench,
+    )
+    from fleetrl.orchestrate.local import RunFailed
+    from fleetrl.orchestrate.sft import SftError
+
+    checkpoint = resolve_checkpoint(config.model.path)
+    if not (checkpoint / "config.json").is_file():
+        raise fail(f"{config.model.path} is not a checkpoint directory (no config.json)")
+    from rich.console import Console
+
+    console = Console()
+    echo = None if as_json else lambda line: console.print(line, markup=False, highlight=False)
+    try:
+        result = run_learning_bench(config, checkpoint, run_dir, echo)
+    except (LearningBenchError, RunFailed, SftError) as err:
+        raise fail(str(err)) from None
+    if as_json:
+        typer.echo(json.dumps(result, indent=2))
+        return
+    from rich.table import Table
+
+    table = Table(title=f"learning benchmark ({run_dir / 'learning.json'})")
+    for column in ("model", "split", "pass@1 [95% CI] @T", "greedy", "pass@8"):
+        table.add_column(column, justify="left" if column in ("model", "split") else "right")
+    for row in learning_rows(result):
+        table.add_row(*row)
+    console.print(table)
+    budget = result["budget"]
+    typer.echo(
+        f"budget: RL {budget['rl_wall_s']:.0f} s, SFT-more {budget['sft_more_wall_s']:.0f} s "
+        f"({budget['sft_more_steps']} steps); all goals met: {result['goals']['all_met']}"
+    )
+
+
 def print_figures(result: dict, title: str, as_json: bool) -> None:
     """A benchmark's figures as JSON or as a two-column table."""
     if as_json:
@@ -489,6 +557,21 @@ def sft(
         Path | None,
         typer.Option(help="Folder caching the demonstrations \\[sft.demos_cache]."),
     ] = None,
+    val_every: Annotated[
+        int | None,
+        typer.Option(help="Steps between validation losses, 0: none \\[sft.val_every]."),
+    ] = None,
+    patience: Annotated[
+        int | None,
+        typer.Option(
+            help="Stop after N validation losses without a new best and keep the best "
+            "weights, 0: run all steps \\[sft.patience]."
+        ),
+    ] = None,
+    max_seconds: Annotated[
+        float | None,
+        typer.Option(help="Stop after this much training wall time, 0: none \\[sft.max_seconds]."),
+    ] = None,
     force: Annotated[
         bool, typer.Option("--force", help="Write into a non-empty directory.")
     ] = False,
@@ -519,6 +602,9 @@ def sft(
         "sft.save_every": save_every,
         "sft.log_every": log_every,
         "sft.demos_cache": str(demos_cache) if demos_cache else None,
+        "sft.val_every": val_every,
+        "sft.patience": patience,
+        "sft.max_seconds": max_seconds,
     }
     config = run_config(config_file, set_, shortcuts)
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
@@ -707,16 +793,29 @@ def _train_on_ray(config: RunConfig, run_dir: Path, regions: int) -> dict:
 @app.command("eval")
 def eval_command(
     checkpoint: Annotated[str, typer.Argument(help="Checkpoint directory, or `base`.")] = "base",
-    split: Annotated[str | None, typer.Option(help="Split to evaluate \\[eval.split].")] = None,
+    split: Annotated[str | None, typer.Option(help="Split to report \\[eval.split].")] = None,
+    best_temperature: Annotated[
+        bool,
+        typer.Option(
+            "--best-temperature/--no-best-temperature",
+            help="Choose the temperature on eval.val_split first (eval.temperatures), then "
+            "report the split at it; off: at --temperature.",
+        ),
+    ] = False,
     suite: Annotated[str | None, typer.Option(help="Bundled task suite \\[tasks.suite].")] = None,
     tasks: Annotated[
         Path | None, typer.Option(help="A generated task folder instead \\[tasks.tasks_dir].")
     ] = None,
+    samples: Annotated[
+        int | None, typer.Option(min=1, help="Samples per task on the split \\[eval.samples].")
+    ] = None,
     episodes: Annotated[
-        int | None, typer.Option(help="Episodes at least, tasks x samples \\[eval.episodes].")
+        int | None,
+        typer.Option(min=1, help="Or: at least N episodes on the split, tasks x samples."),
     ] = None,
     max_tasks: Annotated[
-        int | None, typer.Option(help="Use only the first N tasks, 0: all \\[eval.max_tasks].")
+        int | None,
+        typer.Option(help="Use only each split's first N tasks, 0: all \\[eval.max_tasks]."),
     ] = None,
     temperature: Annotated[
         float | None, typer.Option(help="Sampling temperature, 0: greedy \\[rollout.temperature].")
@@ -727,23 +826,37 @@ def eval_command(
     set_: SetOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
 ) -> None:
-    """pass@1 of a checkpoint on a task split, with a Wilson 95% confidence interval.
+    """pass@1 of a checkpoint on a task split at one temperature, with a 95% bootstrap
+    interval over tasks; also greedy pass@1, pass@8 and recovery from failed edits.
 
     Settings come from the run configuration tree (defaults, --config, --set); each flag
-    below overrides the key in brackets after it."""
+    below overrides the key in brackets after it. The protocol is in docs/evaluation.md."""
     shortcuts = {
         "tasks.suite": suite,
         "tasks.tasks_dir": str(tasks) if tasks else None,
-        "eval.episodes": episodes,
+        "eval.samples": samples,
         "eval.max_tasks": max_tasks,
         "rollout.temperature": temperature,
         "trainer.seed": seed,
         "eval.threads": threads,
     }
     config = run_config(config_file, set_, shortcuts)
+    split = split or config.eval.split
+    if best_temperature and temperature is not None:
+        raise fail("--best-temperature chooses the temperature: drop --temperature")
+    if best_temperature and split == config.eval.val_split:
+        raise fail(
+            f"--best-temperature chooses the temperature on {split!r} (eval.val_split): "
+            "report another --split"
+        )
+    if samples is not None and episodes is not None:
+        raise fail("give --samples or --episodes, not both")
+    import math
+    import time
+
     from fleetrl.envs.records import TaskError
     from fleetrl.model.checkpoint import CheckpointError, resolve_checkpoint
-    from fleetrl.rollout.evaluate import evaluate_checkpoint
+    from fleetrl.rollout.evaluate import EvalError, describe, protocol_report, split_tasks
 
     path = resolve_checkpoint(checkpoint)
     if not (path / "config.json").is_file():
@@ -751,18 +864,19 @@ def eval_command(
     import torch
 
     torch.set_num_threads(config.eval.threads)
+    start = time.monotonic()
     try:
-        progress = None if as_json else f"evaluating {checkpoint}"
-        result = evaluate_checkpoint(path, config, split=split, progress=progress)
-    except (TaskError, CheckpointError, FileNotFoundError) as err:
+        per_task = math.ceil(episodes / len(split_tasks(config, split))) if episodes else None
+        chosen = None if best_temperature else config.rollout.temperature
+        document = protocol_report(path, config, split, chosen, not as_json, per_task)
+    except (TaskError, CheckpointError, EvalError, FileNotFoundError) as err:
         raise fail(str(err)) from None
     if as_json:
-        typer.echo(json.dumps(result.to_json(), indent=2))
+        typer.echo(json.dumps(document, indent=2))
         return
-    typer.echo(
-        f"pass@1 {result.pass_at_1:.3f}  95% CI [{result.ci_low:.3f}, {result.ci_high:.3f}]  "
-        f"({result.episodes} episodes on {result.tasks} tasks, {result.duration_s:.0f} s)"
-    )
+    for line in describe(document):
+        typer.echo(line)
+    typer.echo(f"({time.monotonic() - start:.0f} s)")
 
 
 @app.command()

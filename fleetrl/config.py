@@ -175,8 +175,20 @@ class StoreSection(_Section):
 class EvalSection(_Section):
     split: str = "heldout"
     """Split evaluated at the end of the run."""
-    episodes: int = Field(300, ge=1)
-    """Episodes per evaluation (tasks x samples): 300 gives intervals of about +-5 points."""
+    episodes: int = Field(200, ge=1)
+    """Episodes of the end-of-run evaluation on `split` (tasks x samples): 200 is two
+    samples of each held-out task."""
+    best_temperature: bool = True
+    """The end-of-run evaluation first chooses each model's temperature on `val_split`,
+    then reports `split` at it (off: at `rollout.temperature`)."""
+    val_split: str = "val"
+    """Split on which temperatures are chosen; never the training or the reported split."""
+    temperatures: list[float] = Field(default=[0.0, 0.3, 0.5, 0.7, 1.0], min_length=1)
+    """Temperatures swept on `val_split` (0: greedy)."""
+    val_samples: int = Field(1, ge=1)
+    """Samples per task and temperature in the sweep (greedy always takes one)."""
+    samples: int = Field(8, ge=1)
+    """Samples per task of `fleetrl eval` on the reported split (pass@8 needs 8)."""
     max_tasks: int = Field(0, ge=0)
     """Evaluate on the split's first N tasks only (0: all), for quick checks."""
     base: bool = True
@@ -189,6 +201,17 @@ class EvalSection(_Section):
     """Gradings at once during an evaluation."""
     threads: int = Field(2, ge=1)
     """torch CPU threads of `fleetrl eval`."""
+
+    @model_validator(mode="after")
+    def _val_apart(self) -> EvalSection:
+        if any(t < 0 for t in self.temperatures):
+            raise ValueError(f"eval.temperatures must be >= 0, got {self.temperatures}")
+        if self.val_split == self.split:
+            raise ValueError(
+                f"eval.val_split is the reported split {self.split!r}: a temperature chosen "
+                "on the tasks it is reported on flatters; set eval.val_split to another split"
+            )
+        return self
 
 
 class SftSection(_Section):
@@ -226,7 +249,19 @@ class SftSection(_Section):
     copies: int = Field(16, ge=0)
     """Renamed copies per task demonstrated on top of the originals (fresh names)."""
     max_tasks: int = Field(0, ge=0)
-    """Demonstrate only the first N training tasks (0: all)."""
+    """Demonstrate only the first N training tasks, and validate on the first N
+    validation tasks (0: all)."""
+    val_split: str = "val"
+    """Split whose demonstrations (originals, no copies) give the validation loss."""
+    val_every: int = Field(50, ge=0)
+    """Steps between validation losses, also measured before the first step (0: none)."""
+    patience: int = Field(0, ge=0)
+    """Stop once this many validation losses in a row fail to beat the best, and save the
+    weights of the best one: SFT until validation loss stops improving (0: run all steps,
+    save the last weights)."""
+    max_seconds: float = Field(0.0, ge=0)
+    """Stop after this much training wall time (0: no limit); `fleetrl bench learning` gives
+    continued SFT the wall time RL took."""
     log_every: int = Field(25, ge=1)
     """Steps between loss lines."""
     save_every: int = Field(0, ge=0)
@@ -251,10 +286,22 @@ class RunConfig(_Section):
 
     @model_validator(mode="after")
     def _fits_together(self) -> RunConfig:
+        if self.sft.patience and not self.sft.val_every:
+            raise ValueError("sft.patience needs validation losses: set sft.val_every > 0")
+        if self.sft.val_every and self.sft.val_split == self.tasks.split:
+            raise ValueError(
+                f"sft.val_split is the training split {self.tasks.split!r}: set it to a "
+                "split the model does not train on, or sft.val_every = 0"
+            )
         if self.eval.enabled and self.eval.split == self.tasks.split:
             raise ValueError(
                 f"eval.split is the training split {self.tasks.split!r}: the evaluation "
                 "would measure memorised tasks; set eval.split to a held-out split"
+            )
+        if self.eval.val_split == self.tasks.split:
+            raise ValueError(
+                f"eval.val_split is the training split {self.tasks.split!r}: set it to a "
+                "split the model does not train on"
             )
         return self
 

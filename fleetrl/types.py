@@ -133,6 +133,7 @@ class Trajectory:
     duration_s: float  # wall time of the episode, verification excluded
     flags: list[str] = field(default_factory=list)  # verifier anti-cheat flags raised
     group_id: str = ""  # samples of one task drawn together share it (group advantages)
+    failed_edits: int = 0  # edit_file calls the tool refused (no unique match, bad path, ...)
 
 
 @dataclass

@@ -208,6 +208,7 @@ async def run_episode(
         tool_calls=len(log),
         tool_errors=tool_errors,
         duration_s=time.monotonic() - start,
+        failed_edits=sum(r.error for r in log if r.name == "edit_file"),
         group_id=group_id,
     )
     return Episode(trajectory, log)
@@ -296,5 +297,6 @@ async def run_episode_openai(
         tool_calls=len(log),
         tool_errors=tool_errors,
         duration_s=time.monotonic() - start,
+        failed_edits=sum(r.error for r in log if r.name == "edit_file"),
     )
     return Episode(trajectory, log)

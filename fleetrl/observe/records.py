@@ -93,8 +93,8 @@ class EvalRecord:
     kind: ClassVar[str] = "eval"
     step_axis: ClassVar[str] = "train step"
 
-    pass_at_1: float  # fraction of graded episodes passed
-    ci_low: float  # Wilson 95% interval of pass_at_1, lower bound
+    pass_at_1: float  # mean over tasks of the fraction of their episodes passed
+    ci_low: float  # 95% bootstrap interval over tasks of pass_at_1, lower bound
     ci_high: float  # and upper bound
     episodes: int  # graded episodes
     tasks: int  # distinct tasks

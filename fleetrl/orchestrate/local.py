@@ -151,10 +151,15 @@ def _eval_cache_key(checkpoint: Path, config: RunConfig) -> str:
     for file in sorted(checkpoint.glob("*.safetensors")):
         digest.update(file.read_bytes())
     settings = (
+        "bootstrap-v1",  # the protocol: results of an earlier one are never reused
         config.eval.split,
         config.eval.episodes,
         config.eval.max_tasks,
         config.rollout.temperature,
+        config.eval.best_temperature,
+        config.eval.val_split,
+        config.eval.temperatures,
+        config.eval.val_samples,
         config.tasks.model_dump(),
         config.harness.model_dump(),
     )
@@ -165,12 +170,14 @@ def _eval_cache_key(checkpoint: Path, config: RunConfig) -> str:
 def evaluate(
     checkpoint: Path, config: RunConfig, cache: bool, progress: str | None = None
 ) -> EvalResult:
-    """Held-out pass@1 of a checkpoint (cached by weights and settings when `cache`);
-    `progress`: a progress bar's label."""
+    """Held-out pass@1 of a checkpoint at its temperature chosen on val when
+    `eval.best_temperature` (cached by weights and settings when `cache`); `progress`: the
+    progress bars' label."""
     path = cache_dir() / "evals" / f"{_eval_cache_key(checkpoint, config)}.json"
     if cache and path.is_file():
-        return EvalResult(**json.loads(path.read_text()))
-    result = evaluate_checkpoint(checkpoint, config, progress=progress)
+        return EvalResult.from_json(json.loads(path.read_text()))
+    best = config.eval.best_temperature
+    result = evaluate_checkpoint(checkpoint, config, progress=progress, best_temperature=best)
     if cache:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(result.to_json()))
@@ -224,8 +231,10 @@ def prepare_run(config: RunConfig, run_dir: Path) -> str:
 
 
 def evaluate_and_report(config: RunConfig, run_dir: Path, progress: bool = True) -> dict:
-    """After training, whatever launched it: held-out pass@1 of the base and final models
-    (eval.json, "eval" records) and report.html; returns the evaluation summary."""
+    """After training, whatever launched it: held-out pass@1 of the base and final models,
+    each at its own temperature chosen on val with `eval.best_temperature` (eval.json:
+    per model pass_at_1, ci_low, ci_high, episodes, temperature, val_sweep and the rest of
+    its `EvalResult`; "eval" records) and report.html; returns the evaluation summary."""
     summary: dict = {}
     if config.eval.enabled:
         evaluated = []
@@ -234,7 +243,7 @@ def evaluate_and_report(config: RunConfig, run_dir: Path, progress: bool = True)
         evaluated.append(("final", config.trainer.steps, run_dir / "final", False))
         with MetricsLogger(run_dir / "metrics.jsonl") as log:
             for label, step, checkpoint, cache in evaluated:
-                label_bar = f"evaluating {label} on {config.eval.split}" if progress else None
+                label_bar = f"{label}:" if progress else None
                 result = evaluate(checkpoint, config, cache, label_bar)
                 summary[label] = result.to_json()
                 log.log_record(step, eval_record(result, label))

@@ -1,6 +1,7 @@
 """The job of `fleetrl sft`: expert demonstrations in, a fine-tuned checkpoint out.
 
     config.tasks ─▶ the scripted expert through the rollout worker ─▶ demos (cached)
+    sft.val_split ─▶ the same, originals only ─▶ validation demos (when sft.val_every > 0)
     sft.init, or a fresh model of sft.hidden x sft.layers (and the bundled tokenizer)
         ─▶ train_sft(config.sft) ─▶ OUT: Hugging Face checkpoint + tokenizer + sft.json
 
@@ -61,14 +62,14 @@ def _model(config: RunConfig) -> tuple[Qwen3, Tokenizer]:
     return model, tokenizer
 
 
-def _tasks(config: RunConfig) -> list[Task]:
-    """The tasks to demonstrate: the run's task split, the first `sft.max_tasks` of it."""
+def _tasks(config: RunConfig, split: str) -> list[Task]:
+    """The tasks of `split` to demonstrate, the first `sft.max_tasks` of it."""
     source = config.tasks
     try:
         if source.tasks_dir is not None:
-            tasks = load_tasks(tasks_dir=Path(source.tasks_dir), split=source.split)
+            tasks = load_tasks(tasks_dir=Path(source.tasks_dir), split=split)
         else:
-            tasks = load_tasks(suite=source.suite, split=source.split)
+            tasks = load_tasks(suite=source.suite, split=split)
     except TaskError as err:
         raise SftError(_first_line(err)) from None
     if any(task.suite != "micro" for task in tasks):
@@ -84,7 +85,8 @@ def run_sft(
     sft = config.sft
     torch.set_num_threads(sft.threads)
     model, tokenizer = _model(config)
-    tasks = _tasks(config)
+    tasks = _tasks(config, config.tasks.split)
+    val_tasks = _tasks(config, sft.val_split) if sft.val_every else []
     echo(
         f"demonstrations of {len(tasks)} training tasks and {sft.copies} renamed copies of each "
         "(cached after the first run)"
@@ -101,6 +103,19 @@ def run_sft(
             cache=cache,
             progress=progress,
         )
+        val_demos, val_stats = (
+            load_or_generate_demos(
+                val_tasks,
+                tokenizer,
+                config.harness,
+                config.rollout,
+                copies=0,
+                cache=cache,
+                progress=progress,
+            )
+            if val_tasks
+            else ([], None)
+        )
     except SandboxError as err:
         raise SftError(f"cannot run sandboxes: {_first_line(err)}") from None
     echo(
@@ -111,6 +126,10 @@ def run_sft(
     )
     for episode, reason in stats.dropped.items():
         echo(f"  dropped {episode}: {reason}")
+    if val_stats is not None:
+        echo(
+            f"{val_stats.kept} validation demonstrations of {len(val_tasks)} {sft.val_split} tasks"
+        )
     if not demos:
         raise SftError("no demonstration passed its checks; nothing to train on")
     about = {
@@ -120,10 +139,23 @@ def run_sft(
         "threads": sft.threads,
         "tasks": len(tasks),
         "demos": {k: v for k, v in vars(stats).items() if k != "dropped"},
+        "val_tasks": len(val_tasks),
+        "val_demos": len(val_demos),
     }
-    result = train_sft(model, demos, tokenizer, out, sft, about=about, progress=progress, echo=echo)
+    result = train_sft(
+        model,
+        demos,
+        tokenizer,
+        out,
+        sft,
+        about=about,
+        progress=progress,
+        echo=echo,
+        val_demos=val_demos,
+    )
+    best = f", best validation loss at step {result.best_step}" if result.val_losses else ""
     echo(
-        f"trained {result.steps} steps in {result.duration_s:.0f} s, final loss "
-        f"{result.final_loss:.4f}; wrote {out}"
+        f"trained {result.steps} steps in {result.duration_s:.0f} s (stopped: {result.stopped}), "
+        f"final loss {result.final_loss:.4f}{best}; wrote {out}"
     )
     return result

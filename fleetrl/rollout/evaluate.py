@@ -1,21 +1,40 @@
-"""Evaluation: pass@1 of a checkpoint on a task split, with a 95% confidence interval.
+"""Evaluation: pass@1 of a checkpoint on a task split, by a protocol that cannot flatter.
 
-Each task is attempted `samples_per_task` times at the policy's sampling temperature; the
-pass rate over all episodes is pass@1, and its Wilson score interval (which stays inside
-[0, 1] and behaves at rates near 0 or 1) says how far it can be trusted. Two evaluations
-whose intervals do not overlap differ for real.
+    val split ─▶ sweep config.eval.temperatures ─▶ T with the best pass@1 (ties: lower T)
+    reported split ─▶ N samples per task at T ─▶ pass@1 [bootstrap CI], pass@k, recovery
+                   └▶ greedy (T = 0), one sample per task ─▶ greedy pass@1 [bootstrap CI]
+
+- The unit of evaluation is the task: samples of one task are correlated (a model that
+  solves it tends to solve it again), so the 95% interval is a percentile bootstrap over
+  tasks of their mean success, never a binomial interval over episodes.
+- The temperature is chosen on `val` and only reported elsewhere; choosing it on the
+  reported split would pick the luckiest run.
+- pass@1 at T says how often one attempt works; greedy says what the mode of the policy
+  does; pass@8 (Chen et al. 2021, unbiased) says what it can do at all. Sharpening moves
+  pass@1 and greedy towards pass@8; a new skill moves pass@8 itself.
+- recovery: episodes that had an edit_file call refused and still passed.
+
+Every run of one checkpoint goes through one engine (the temperature is per request), and
+runs whose temperature is known run concurrently, sharing its episodes in flight: the
+whole sweep, plus the greedy run of the reported split, is one batch.
+
+Not covered: paired comparisons between two checkpoints on the same tasks; evaluation of
+models served elsewhere (`fleetrl.envs.harness.run_episode_openai` runs their episodes).
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import math
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+import numpy as np
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from fleetrl.config import RunConfig
@@ -23,29 +42,42 @@ from fleetrl.envs.suites import load_tasks
 from fleetrl.model.checkpoint import load_pretrained
 from fleetrl.model.tokenizer import Tokenizer
 from fleetrl.rollout.worker import Rollouts, rollout_engine
-from fleetrl.types import Task, Trajectory
+from fleetrl.types import SamplingParams, Task, Trajectory
+
+TEMPERATURES: tuple[float, ...] = (0.0, 0.3, 0.5, 0.7, 1.0)
+PASS_AT_K = (2, 4, 8)  # pass@k reported for each k up to the samples per task
+REPORTED_K = 8  # the pass@k of the protocol's document
+
+_T = TypeVar("_T")
 
 
-@dataclass
-class EvalResult:
-    """pass@1 over `episodes` graded episodes, with its Wilson 95% interval."""
-
-    pass_at_1: float
-    ci_low: float
-    ci_high: float
-    episodes: int
-    tasks: int
-    duration_s: float
-    finish_reasons: dict[str, int] = field(default_factory=dict)  # how episodes ended
-    flags: dict[str, int] = field(default_factory=dict)  # anti-cheat flags raised, by name
-    mean_tool_errors: float = 0.0  # per episode
-
-    def to_json(self) -> dict[str, Any]:
-        """The `fleetrl eval --json` document."""
-        return asdict(self)
+class EvalError(ValueError):
+    """An evaluation that cannot run as asked (e.g. a temperature chosen on the reported
+    split); the message says why in one line."""
 
 
-def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
+def bootstrap_interval(
+    per_task: list[float], level: float = 0.95, resamples: int = 2000, seed: int = 0
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean over tasks (`per_task`: each task's mean
+    success, or any per-task score in [0, 1]); deterministic for a seed.
+
+    The bootstrap only sees the spread it observed: when every task scored the same (all
+    failed, say, which is common on a few tasks) it would collapse to a point and claim
+    certainty. Then the interval is the Wilson interval with each task as one trial."""
+    if not per_task:
+        return 0.0, 1.0
+    values = np.asarray(per_task, dtype=np.float64)
+    if np.all(values == values[0]):
+        return wilson_interval(float(values.sum()), len(values))
+    rng = np.random.default_rng(seed)
+    means = values[rng.integers(0, len(values), size=(resamples, len(values)))].mean(axis=1)
+    alpha = (1.0 - level) / 2
+    low, high = np.quantile(means, [alpha, 1.0 - alpha])
+    return float(low), float(high)
+
+
+def wilson_interval(successes: float, n: int, z: float = 1.96) -> tuple[float, float]:
     """Wilson score interval of a binomial proportion (95% for z = 1.96)."""
     if n == 0:
         return 0.0, 1.0
@@ -55,26 +87,95 @@ def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, flo
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def summarise(trajectories: list[Trajectory], tasks: int, duration_s: float) -> EvalResult:
-    """pass@1, interval and diagnostics of graded trajectories."""
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Probability that at least one of k samples of a task passes, from n samples of
+    which c passed: the unbiased estimator 1 - C(n-c, k) / C(n, k) (Chen et al. 2021).
+
+    With n < k no unbiased estimator exists; this returns the plug-in 1 - (1 - c/n)^k,
+    which is biased low (never flatters) and exact for greedy decoding, whose samples
+    would all repeat the first."""
+    if not 0 <= c <= n or n < 1 or k < 1:
+        raise ValueError(f"pass_at_k needs 0 <= c <= n, n >= 1, k >= 1; got {n=} {c=} {k=}")
+    if n < k:
+        return 1.0 - (1.0 - c / n) ** k
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
+
+
+@dataclass
+class EvalResult:
+    """One evaluation run: every task `samples_per_task` times at one temperature."""
+
+    pass_at_1: float  # mean over tasks of the fraction of their samples that passed
+    ci_low: float  # 95% percentile bootstrap over tasks of pass_at_1, lower bound
+    ci_high: float  # and upper bound
+    episodes: int  # graded episodes
+    tasks: int  # distinct tasks
+    duration_s: float  # s: the run, from its first episode to its last grading
+    temperature: float  # sampling temperature (0: greedy)
+    samples_per_task: int  # episodes of each task
+    pass_at_k: dict[int, float] = field(default_factory=dict)  # k <= samples_per_task only
+    pass_at_k_ci: dict[int, tuple[float, float]] = field(default_factory=dict)  # bootstrap
+    recovery: float = 0.0  # fraction of episodes with a failed edit that still passed
+    recovery_rate: float = 0.0  # of the episodes with a failed edit, the fraction that passed
+    failed_edit_episodes: int = 0  # episodes with at least one edit_file call refused
+    task_passes: dict[str, int] = field(default_factory=dict)  # task id -> samples passed
+    val_sweep: dict[str, float] = field(default_factory=dict)  # str(T) -> pass@1 on val
+    finish_reasons: dict[str, int] = field(default_factory=dict)  # how episodes ended
+    flags: dict[str, int] = field(default_factory=dict)  # anti-cheat flags raised, by name
+    mean_tool_errors: float = 0.0  # per episode
+
+    def to_json(self) -> dict[str, Any]:
+        """The run as a JSON document (integer keys become strings)."""
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> EvalResult:
+        """The run of a `to_json` document read back from JSON."""
+        data = dict(data)
+        data["pass_at_k"] = {int(k): v for k, v in data.get("pass_at_k", {}).items()}
+        data["pass_at_k_ci"] = {int(k): tuple(v) for k, v in data.get("pass_at_k_ci", {}).items()}
+        return cls(**data)
+
+
+def summarise(
+    trajectories: list[Trajectory], tasks: int, duration_s: float, temperature: float = 1.0
+) -> EvalResult:
+    """pass@1 and pass@k with bootstrap intervals over tasks, recovery and diagnostics of
+    one run's graded trajectories; `samples_per_task` is the fewest any task had."""
     n = len(trajectories)
-    passed = sum(1 for t in trajectories if t.reward >= 1.0)
-    low, high = wilson_interval(passed, n)
-    reasons: dict[str, int] = {}
-    flags: dict[str, int] = {}
-    for t in trajectories:
-        reasons[t.finish_reason] = reasons.get(t.finish_reason, 0) + 1
-        for flag in t.flags:
-            flags[flag] = flags.get(flag, 0) + 1
+    attempts = Counter(t.task_id for t in trajectories)
+    passes = {task: 0 for task in attempts} | Counter(
+        t.task_id for t in trajectories if t.reward >= 1.0
+    )
+    per_task = [passes[task] / attempts[task] for task in attempts]
+    samples = min(attempts.values(), default=0)
+    at_k = {
+        k: [pass_at_k(attempts[task], passes[task], k) for task in attempts]
+        for k in PASS_AT_K
+        if k <= samples
+    }
+    low, high = bootstrap_interval(per_task)
+    failed_edit = [t for t in trajectories if t.failed_edits > 0]
+    recovered = sum(t.reward >= 1.0 for t in failed_edit)
     return EvalResult(
-        pass_at_1=passed / n if n else 0.0,
+        pass_at_1=float(np.mean(per_task)) if per_task else 0.0,
         ci_low=low,
         ci_high=high,
         episodes=n,
         tasks=tasks,
         duration_s=duration_s,
-        finish_reasons=reasons,
-        flags=flags,
+        temperature=temperature,
+        samples_per_task=samples,
+        pass_at_k={k: float(np.mean(v)) for k, v in at_k.items()},
+        pass_at_k_ci={k: bootstrap_interval(v) for k, v in at_k.items()},
+        recovery=recovered / n if n else 0.0,
+        recovery_rate=recovered / len(failed_edit) if failed_edit else 0.0,
+        failed_edit_episodes=len(failed_edit),
+        task_passes=dict(passes),
+        finish_reasons=dict(Counter(t.finish_reason for t in trajectories)),
+        flags=dict(Counter(flag for t in trajectories for flag in t.flags)),
         mean_tool_errors=sum(t.tool_errors for t in trajectories) / max(n, 1),
     )
 
@@ -85,8 +186,8 @@ async def evaluate_policy(
     samples_per_task: int,
     on_episode: Callable[[Trajectory], None] | None = None,
 ) -> EvalResult:
-    """Run and grade `samples_per_task` episodes of every task (`on_episode` is called as
-    each one is graded, e.g. to advance a progress bar)."""
+    """Run and grade `samples_per_task` episodes of every task at `rollouts`' temperature
+    (`on_episode` is called as each one is graded, e.g. to advance a progress bar)."""
     start = time.monotonic()
 
     async def graded(task: Task) -> Trajectory:
@@ -97,42 +198,61 @@ async def evaluate_policy(
 
     episodes = [task for task in tasks for _ in range(samples_per_task)]
     trajectories = list(await asyncio.gather(*map(graded, episodes)))
-    return summarise(trajectories, len(tasks), time.monotonic() - start)
+    temperature = rollouts.sampling.temperature
+    return summarise(trajectories, len(tasks), time.monotonic() - start, temperature)
 
 
-def evaluate_checkpoint(
-    checkpoint: Path, config: RunConfig, split: str | None = None, progress: str | None = None
-) -> EvalResult:
-    """pass@1 of a checkpoint directory over at least `config.eval.episodes` episodes of
-    `split` (default `config.eval.split`) of the configured tasks, at the rollout
-    temperature (of the split's first `eval.max_tasks` tasks, when set). `progress`: show a
-    progress bar with this label."""
+def pick_temperature(sweep: dict[float, EvalResult]) -> float:
+    """The selection rule: the temperature with the best pass@1; among equals the lowest
+    (closer to greedy, less variance)."""
+    return min(sweep, key=lambda t: (-sweep[t].pass_at_1, t))
+
+
+def split_tasks(config: RunConfig, split: str) -> list[Task]:
+    """The configured tasks of `split` (its first `eval.max_tasks` when set); TaskError
+    when the split does not exist."""
     tasks = load_tasks(
         suite=None if config.tasks.tasks_dir else config.tasks.suite,
         tasks_dir=Path(config.tasks.tasks_dir) if config.tasks.tasks_dir else None,
-        split=split or config.eval.split,
+        split=split,
     )
-    tasks = tasks[: config.eval.max_tasks] if config.eval.max_tasks else tasks
-    samples = max(1, math.ceil(config.eval.episodes / len(tasks)))
-    model = load_pretrained(checkpoint)
-    tokenizer = Tokenizer.from_pretrained(checkpoint)
-    episodes, gradings = config.eval.max_concurrent, config.eval.max_concurrent_verify
+    return tasks[: config.eval.max_tasks] if config.eval.max_tasks else tasks
 
-    async def run(on_episode: Callable[[Trajectory], None] | None) -> EvalResult:
-        engine = rollout_engine(model, config.harness, episodes, config.trainer.seed)
-        try:
-            rollouts = Rollouts(
-                engine, tokenizer, config.harness, config.rollout, episodes, gradings
-            )
-            return await evaluate_policy(rollouts, tasks, samples, on_episode)
-        finally:
-            await engine.close()
 
-    if progress is None:
-        return asyncio.run(run(None))
-    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn()]
-    with Progress(*columns, TextColumn("pass {task.fields[passed]}"), TimeElapsedColumn()) as bar:
-        job = bar.add_task(progress, total=samples * len(tasks), passed=0)
+@dataclass
+class _Run:
+    """One run to do: every task of `tasks`, `samples` times, at `temperature`."""
+
+    tasks: list[Task]
+    temperature: float
+    samples: int
+    label: str  # progress bar description
+
+
+class _Session:
+    """One checkpoint behind one engine: runs given together go through it concurrently
+    and share its budget of episodes in flight; one progress bar per run."""
+
+    def __init__(self, rollouts: Rollouts, bar: Progress | None) -> None:
+        self.rollouts = rollouts
+        self.bar = bar
+
+    async def run(self, runs: list[_Run]) -> list[EvalResult]:
+        """The results of `runs`, in order."""
+        return list(await asyncio.gather(*map(self._one, runs)))
+
+    async def _one(self, run: _Run) -> EvalResult:
+        # A shallow copy shares the engine, thread pool and semaphores; only the sampling
+        # parameters (temperature) differ between runs.
+        rollouts = copy.copy(self.rollouts)
+        rollouts.sampling = SamplingParams(temperature=run.temperature)
+        return await evaluate_policy(rollouts, run.tasks, run.samples, self._advance(run))
+
+    def _advance(self, run: _Run) -> Callable[[Trajectory], None] | None:
+        bar = self.bar
+        if bar is None:
+            return None
+        job = bar.add_task(run.label, total=run.samples * len(run.tasks), passed=0)
         passed = 0
 
         def advance(trajectory: Trajectory) -> None:
@@ -140,4 +260,215 @@ def evaluate_checkpoint(
             passed += trajectory.reward >= 1.0
             bar.update(job, advance=1, passed=passed)
 
-        return asyncio.run(run(advance))
+        return advance
+
+
+def _in_session(
+    checkpoint: Path,
+    config: RunConfig,
+    work: Callable[[_Session], Awaitable[_T]],
+    progress: bool,
+) -> _T:
+    """Load the checkpoint once, start one engine sized for `eval.max_concurrent` episodes,
+    and run `work` with it (under progress bars when `progress`)."""
+    model = load_pretrained(checkpoint)
+    tokenizer = Tokenizer.from_pretrained(checkpoint)
+    episodes, gradings = config.eval.max_concurrent, config.eval.max_concurrent_verify
+
+    async def main(bar: Progress | None) -> _T:
+        engine = rollout_engine(model, config.harness, episodes, config.trainer.seed)
+        try:
+            rollouts = Rollouts(
+                engine, tokenizer, config.harness, config.rollout, episodes, gradings
+            )
+            return await work(_Session(rollouts, bar))
+        finally:
+            await engine.close()
+
+    if not progress:
+        return asyncio.run(main(None))
+    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn()]
+    with Progress(*columns, TextColumn("pass {task.fields[passed]}"), TimeElapsedColumn()) as bar:
+        return asyncio.run(main(bar))
+
+
+def _sweep_runs(config: RunConfig, label: str) -> list[_Run]:
+    """The temperature sweep on the val split; greedy takes one sample per task, since its
+    samples would repeat."""
+    split = config.eval.val_split
+    tasks = split_tasks(config, split)
+    return [
+        _Run(tasks, t, 1 if t == 0 else config.eval.val_samples, f"{label}{split} T={t:g}")
+        for t in dict.fromkeys(config.eval.temperatures)
+    ]
+
+
+def _by_temperature(runs: list[_Run], results: list[EvalResult]) -> dict[float, EvalResult]:
+    return {run.temperature: result for run, result in zip(runs, results, strict=True)}
+
+
+def _sweep_figures(sweep: dict[float, EvalResult]) -> dict[str, float]:
+    return {str(t): result.pass_at_1 for t, result in sweep.items()}
+
+
+def _refuse_choosing_on(config: RunConfig, split: str) -> None:
+    if split == config.eval.val_split:
+        raise EvalError(
+            f"the temperature is chosen on {split!r} (eval.val_split): reporting that split "
+            "at it flatters; report another split or give the temperature"
+        )
+
+
+def evaluate_at(
+    checkpoint: Path,
+    config: RunConfig,
+    split: str,
+    temperature: float,
+    samples_per_task: int,
+    progress: str | None = None,
+) -> EvalResult:
+    """One run of a checkpoint: every task of `split` `samples_per_task` times at
+    `temperature`. `progress`: show a progress bar with this label."""
+    run = _Run(split_tasks(config, split), temperature, samples_per_task, progress or "")
+
+    async def work(session: _Session) -> EvalResult:
+        return (await session.run([run]))[0]
+
+    return _in_session(checkpoint, config, work, progress is not None)
+
+
+def choose_temperature(
+    checkpoint: Path, config: RunConfig, progress: str | None = None
+) -> tuple[float, dict[float, EvalResult]]:
+    """The checkpoint's temperature: `eval.temperatures` swept on `eval.val_split`
+    (`eval.val_samples` samples per task, one when greedy), all through one engine at
+    once; the best pass@1 wins, ties go to the lower temperature (`pick_temperature`).
+    Returns it with every temperature's run. `progress`: progress bars with this label."""
+    runs = _sweep_runs(config, f"{progress} " if progress else "")
+
+    async def work(session: _Session) -> list[EvalResult]:
+        return await session.run(runs)
+
+    sweep = _by_temperature(runs, _in_session(checkpoint, config, work, progress is not None))
+    return pick_temperature(sweep), sweep
+
+
+def evaluate_checkpoint(
+    checkpoint: Path,
+    config: RunConfig,
+    split: str | None = None,
+    progress: str | None = None,
+    best_temperature: bool = False,
+) -> EvalResult:
+    """The end-of-run evaluation of `fleetrl train`: at least `eval.episodes` episodes of
+    `split` (default `eval.split`; one sample per task when greedy), at the temperature
+    chosen on `eval.val_split` when `best_temperature` (its sweep in `val_sweep`, both
+    through one engine), at `rollout.temperature` otherwise. `progress`: progress bars
+    with this label."""
+    split = split or config.eval.split
+    if best_temperature:
+        _refuse_choosing_on(config, split)
+    tasks = split_tasks(config, split)
+    budget = max(1, math.ceil(config.eval.episodes / len(tasks)))
+    label = f"{progress} " if progress else ""
+
+    async def work(session: _Session) -> EvalResult:
+        sweep: dict[float, EvalResult] = {}
+        temperature = config.rollout.temperature
+        if best_temperature:
+            runs = _sweep_runs(config, label)
+            sweep = _by_temperature(runs, await session.run(runs))
+            temperature = pick_temperature(sweep)
+        samples = 1 if temperature == 0 else budget
+        run = _Run(tasks, temperature, samples, f"{label}{split} T={temperature:g}")
+        (result,) = await session.run([run])
+        result.val_sweep = _sweep_figures(sweep)
+        return result
+
+    return _in_session(checkpoint, config, work, progress is not None)
+
+
+def protocol_report(
+    checkpoint: Path,
+    config: RunConfig,
+    split: str,
+    temperature: float | None = None,
+    progress: bool = False,
+    samples: int | None = None,
+) -> dict[str, Any]:
+    """The protocol's document for `split` (the `fleetrl eval --json` output).
+
+    `temperature` None: chosen on `eval.val_split` first (`choose_temperature`; refused
+    when `split` is that split). At the temperature, `samples` (default `eval.samples`)
+    samples per task: pass_at_1, ci_low, ci_high (bootstrap over tasks), pass_at_k,
+    recovery and the run's diagnostics (`EvalResult`); pass_at_8 with its bootstrap CI and
+    how it was estimated; greedy (one sample per task) with greedy_ci; val_sweep
+    {str(T): pass@1 on val} when the temperature was chosen. At temperature 0 the greedy
+    run is the reported run. The sweep and the greedy run share one batch, then the
+    reported run follows, all through one engine."""
+    samples = samples or config.eval.samples
+    if temperature is None:
+        _refuse_choosing_on(config, split)
+    tasks = split_tasks(config, split)
+    name = f"{checkpoint.name} "
+    greedy_run = _Run(tasks, 0.0, 1, f"{name}{split} greedy")
+
+    def run_at(t: float) -> _Run:
+        return _Run(tasks, t, samples, f"{name}{split} T={t:g} x{samples}")
+
+    async def work(session: _Session) -> dict[str, Any]:
+        sweep: dict[float, EvalResult] = {}
+        if temperature is None:
+            runs = _sweep_runs(config, name)
+            *swept, greedy = await session.run([*runs, greedy_run])
+            sweep = _by_temperature(runs, swept)
+            chosen = pick_temperature(sweep)
+            reported = greedy if chosen == 0 else (await session.run([run_at(chosen)]))[0]
+        elif temperature == 0:
+            greedy = reported = (await session.run([greedy_run]))[0]
+        else:
+            greedy, reported = await session.run([greedy_run, run_at(temperature)])
+        reported.val_sweep = _sweep_figures(sweep)
+        return _document(split, reported, greedy)
+
+    return _in_session(checkpoint, config, work, progress)
+
+
+def _document(split: str, reported: EvalResult, greedy: EvalResult) -> dict[str, Any]:
+    n, k = reported.samples_per_task, REPORTED_K
+    at_k = [pass_at_k(n, c, k) for c in reported.task_passes.values()]
+    if n >= k:
+        estimator = "unbiased"
+    elif reported.temperature == 0:
+        estimator = "greedy: its samples repeat"
+    else:
+        estimator = f"plug-in from {n} samples per task, biased low"
+    return reported.to_json() | {
+        "split": split,
+        f"pass_at_{k}": float(np.mean(at_k)) if at_k else 0.0,
+        f"pass_at_{k}_ci": list(bootstrap_interval(at_k)),
+        f"pass_at_{k}_estimator": estimator,
+        "greedy": greedy.pass_at_1,
+        "greedy_ci": [greedy.ci_low, greedy.ci_high],
+    }
+
+
+def describe(document: dict[str, Any]) -> list[str]:
+    """`protocol_report`'s document as the lines `fleetrl eval` prints."""
+    d = document
+    chosen = ""
+    if d["val_sweep"]:
+        sweep = ", ".join(f"T={t} {p:.3f}" for t, p in d["val_sweep"].items())
+        chosen = f", chosen on val ({sweep})"
+    low8, high8 = d["pass_at_8_ci"]
+    low_g, high_g = d["greedy_ci"]
+    return [
+        f"{d['split']} at temperature {d['temperature']:g}{chosen}",
+        f"pass@1   {d['pass_at_1']:.3f}  95% CI [{d['ci_low']:.3f}, {d['ci_high']:.3f}]  "
+        f"({d['episodes']} episodes on {d['tasks']} tasks, {d['samples_per_task']} per task)",
+        f"pass@8   {d['pass_at_8']:.3f}  95% CI [{low8:.3f}, {high8:.3f}]  "
+        f"({d['pass_at_8_estimator']})",
+        f"greedy   {d['greedy']:.3f}  95% CI [{low_g:.3f}, {high_g:.3f}]",
+        f"recovery {d['recovery']:.3f}  ({d['recovery_rate']:.3f} of the "
+        f"{d['failed_edit_episodes']} episodes with a failed edit passed)",
+    ]

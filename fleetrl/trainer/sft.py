@@ -4,11 +4,18 @@
         ─▶ shuffled batches of whole episodes, right-padded          (an epoch = every demo once)
         ─▶ forward ─▶ cross-entropy on the expert's tokens only      (loss_mask == 1)
         ─▶ backward ─▶ clip ─▶ AdamW, linear warmup then cosine decay
+        ─▶ every `val_every` steps: the loss on validation demos     (stop at a plateau)
         ─▶ Hugging Face checkpoint (weights, tokenizer, sft.json with the run's figures)
 
 Only the replies (tool calls and their closing `<|im_end|>`) are targets: the prompt and the
 tool results are context the model reads, never text it should learn to write. The loss is
 the mean over target tokens of the batch, so long and short episodes weigh per token.
+
+The validation loss is the same loss over demonstrations of tasks the model never trains
+on. With `patience`, training stops once that many validation losses in a row fail to
+beat the best one, and the best weights are saved: SFT until validation loss stops
+improving, which is how the shipped base model is made. `max_seconds` stops on wall time
+instead (continued SFT at the same compute as an RL run).
 
 Contract: the same demos, config (`fleetrl.config.SftSection`), seed and thread count give
 the same weights on one machine (no dropout; batches are drawn from a seeded generator).
@@ -50,6 +57,9 @@ class SFTResult:
     steps: int
     final_loss: float  # mean target-token loss over the last `log_every` steps
     losses: list[tuple[int, float]] = field(default_factory=list)  # (step, mean loss) per log
+    val_losses: list[tuple[int, float]] = field(default_factory=list)  # (step, validation loss)
+    best_step: int | None = None  # step of the lowest validation loss (None: not measured)
+    stopped: str = "steps"  # why training ended: "steps", "plateau" or "time"
     target_tokens: int = 0  # tokens trained on (loss_mask == 1), all steps together
     duration_s: float = 0.0
     parameters: int = 0
@@ -118,6 +128,23 @@ def sft_loss(model: Qwen3, batch: Batch, bf16: bool = False) -> torch.Tensor:
     return (per_token * batch.mask).sum() / batch.mask.sum().clamp(min=1.0)
 
 
+@torch.no_grad()
+def validation_loss(model: Qwen3, demos: list[Demo], pad_id: int, batch_size: int) -> float:
+    """Mean cross-entropy of the expert's tokens over all of `demos` (weighted per token,
+    like the training loss), without touching the weights."""
+    was_training = model.training
+    model.eval()
+    total, tokens = 0.0, 0.0
+    ordered = sorted(demos, key=lambda d: len(d.token_ids))  # little padding per batch
+    for start in range(0, len(ordered), batch_size):
+        batch = collate(ordered[start : start + batch_size], pad_id)
+        weight = batch.mask.sum().item()
+        total += sft_loss(model, batch).item() * weight
+        tokens += weight
+    model.train(was_training)
+    return total / max(tokens, 1.0)
+
+
 def _batches(demos: list[Demo], batch_size: int, seed: int) -> Iterator[list[Demo]]:
     """Endless batches: each epoch a fresh seeded permutation of all demos. Within windows
     of BUCKET batches, demos of similar length share a batch (padding cost ~17% of the
@@ -167,11 +194,14 @@ def train_sft(
     about: dict[str, object] | None = None,
     progress: bool = True,
     echo: Callable[[str], None] = print,
+    val_demos: list[Demo] | None = None,
 ) -> SFTResult:
     """Fine-tune `model` on `demos` in place and save it to `out` (HF layout).
 
     `about` (e.g. the command and the demo statistics) is recorded in `sft.json` with the
-    config and the loss curve; `echo` receives the periodic loss lines.
+    config and the loss curves; `echo` receives the periodic loss lines. `val_demos` give
+    the validation loss every `config.val_every` steps (and the plateau to stop at, with
+    `config.patience`).
     """
     if not demos:
         raise ValueError("no demonstrations to train on")
@@ -183,6 +213,25 @@ def train_sft(
     result.parameters = sum(p.numel() for p in model.parameters())
     window: list[float] = []
     start = time.monotonic()
+    best_loss, best_state, misses = float("inf"), None, 0
+
+    def validate(step: int) -> bool:
+        """Record the validation loss after `step` steps; True when training should stop."""
+        nonlocal best_loss, best_state, misses
+        loss = validation_loss(model, val_demos or [], tokenizer.pad_id, config.batch_size)
+        result.val_losses.append((step, loss))
+        if loss < best_loss:
+            best_loss, result.best_step, misses = loss, step, 0
+            if config.patience:
+                best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        else:
+            misses += 1
+        echo(f"step {step}/{config.steps}  validation loss {loss:.4f}  (best {best_loss:.4f})")
+        return bool(config.patience) and misses >= config.patience
+
+    validating = bool(val_demos) and config.val_every > 0
+    if validating:
+        validate(0)
 
     def state() -> dict[str, object]:
         return {"about": about or {}, "config": config.model_dump(), "result": asdict(result)}
@@ -222,7 +271,20 @@ def train_sft(
             if every and result.steps % every == 0 and result.steps < config.steps:
                 result.duration_s = time.monotonic() - start
                 save_checkpoint(model, tokenizer, out / f"step-{result.steps:06d}", state())
+            last = result.steps == config.steps
+            if (
+                validating
+                and (result.steps % config.val_every == 0 or last)
+                and validate(result.steps)
+            ):
+                result.stopped = "plateau"
+                break
+            if config.max_seconds and time.monotonic() - start >= config.max_seconds:
+                result.stopped = "time"
+                break
     result.duration_s = time.monotonic() - start
+    if best_state is not None:  # early stopping keeps the best validation loss's weights
+        model.load_state_dict(best_state)
     model.eval()
     save_checkpoint(model, tokenizer, out, state())
     return result

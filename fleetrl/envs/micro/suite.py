@@ -1,4 +1,4 @@
-"""The bundled `micro` suite: 540 one-function Python bug fixes a tiny model can learn.
+"""The bundled `micro` suite: 662 one-function Python bug fixes a tiny model can learn.
 
 Each task is a repository holding one module `<f>.py` (2-10 lines, one function, sometimes
 a helper) with one bug in it, and a hidden test file `test_<f>.py` of three one-assert
@@ -16,11 +16,16 @@ How it is made (`fleetrl.envs.micro.templates` has the templates):
 - Function names are random letters (4-5), unique across the suite; local names random
   letters (1-3). Random letters tokenise into pieces seen in training, unlike unseen English
   words, so names carry no meaning to memorise and none to trip over.
-- Splits: 440 `train`, 100 `heldout`. They share templates and bug kinds but no function:
-  every function name differs, every template integer constant of a held-out task is
-  congruent to 3 mod 4 and of a train task is not, and every template letter of a
-  held-out task comes from HELDOUT_LETTERS and of a train task does not. The held-out
-  split measures fixing unseen instances of known bug patterns, not unseen patterns.
+- Splits, generated in this order: 440 `train`, 100 `heldout`, 62 `val` and 60
+  `heldout-templates`. Train, held-out and validation share the templates and bug kinds
+  but no function: every function name differs, every template integer constant of a
+  held-out or validation task is congruent to 3 mod 4 and of a train task is not, and
+  every template letter of a held-out or validation task comes from HELDOUT_LETTERS and of
+  a train task does not. Validation is where hyperparameters and temperatures are chosen;
+  held-out (unseen instances of known bug patterns) only reports. `heldout-templates`
+  uses five templates (UNSEEN_TEMPLATES) no other split has, with held-out constants: it
+  measures fixing a function of a shape never trained on. Train and held-out are byte for
+  byte those of version v1 (the seeds stay "v1"), so models trained on v1 stay valid.
 - Tests: the correct and the buggy function run in-process on random arguments; the three
   tests are distinct calls, at least one of which the bug changes (FAIL_TO_PASS), the
   others may still pass (PASS_TO_PASS).
@@ -48,23 +53,36 @@ from fleetrl.envs.cache import cache_dir
 from fleetrl.envs.git import flat_commit_sha, unified_diff
 from fleetrl.envs.micro.names import RESERVED_NAMES
 from fleetrl.envs.micro.statement import write_statement
-from fleetrl.envs.micro.templates import TEMPLATES, Template
+from fleetrl.envs.micro.templates import TEMPLATES, UNSEEN_TEMPLATES, Template
 from fleetrl.types import Task
 
-MICRO_VERSION = "v1"
-SPLIT_SIZES = {"train": 440, "heldout": 100}  # generated in this order
-HELDOUT_LETTERS = "dhkpuwz"  # template letters of held-out tasks; train tasks use the rest
+MICRO_VERSION = "v2"
+SEED_VERSION = "v1"  # in the splits' seeds: unchanged, so train and heldout stay as in v1
+SPLIT_SIZES = {"train": 440, "heldout": 100, "val": 62, "heldout-templates": 60}  # in order
+HELDOUT_LETTERS = "dhkpuwz"  # template letters of evaluation tasks; train tasks use the rest
 TESTS_PER_TASK = 3
 
 
 def split_of_int(value: int) -> str:
-    """The split a template integer constant belongs to (held-out: 3 mod 4)."""
+    """The side a template integer constant belongs to: "heldout" (3 mod 4, the constants
+    of every evaluation split) or "train"."""
     return "heldout" if value % 4 == 3 else "train"
 
 
 def split_of_letter(letter: str) -> str:
-    """The split a template letter belongs to."""
+    """The side a template letter belongs to: "heldout" (every evaluation split) or "train"."""
     return "heldout" if letter in HELDOUT_LETTERS else "train"
+
+
+def constants_side(split: str) -> str:
+    """Which constants and letters a split's tasks draw: "train" for train, "heldout" for
+    the evaluation splits (validation included, so it resembles held-out)."""
+    return "train" if split == "train" else "heldout"
+
+
+def templates_of(split: str) -> list[Template]:
+    """The templates a split draws from: the unseen ones for `heldout-templates`."""
+    return UNSEEN_TEMPLATES if split == "heldout-templates" else TEMPLATES
 
 
 @dataclass(frozen=True)
@@ -113,10 +131,11 @@ def _fields(template: Template) -> list[str]:
 
 def _params(template: Template, split: str, rng: random.Random) -> dict[str, int | str]:
     params: dict[str, int | str] = {}
+    side = constants_side(split)
     for name, (lo, hi) in template.ints.items():
-        value = rng.choice([n for n in range(lo, hi + 1) if split_of_int(n) == split])
+        value = rng.choice([n for n in range(lo, hi + 1) if split_of_int(n) == side])
         params[name], params[f"{name}_next"] = value, value + 1
-    letters = [c for c in string.ascii_lowercase if split_of_letter(c) == split]
+    letters = [c for c in string.ascii_lowercase if split_of_letter(c) == side]
     letter_set = 3 if "{cs}" in template.source else 0  # `{cs}`: three distinct letters
     picked = rng.sample(letters, len(template.chars) + letter_set)  # all distinct
     for name in template.chars:
@@ -223,11 +242,10 @@ def _make(
 def _specs() -> tuple[_Spec, ...]:
     """Every task of the suite, train first; cached because it never changes in a process."""
     names = _Names()
-    pairs = [(t, kind) for t in TEMPLATES for kind in sorted(t.bugs)]
     specs = []
     for split, size in SPLIT_SIZES.items():
-        rng = random.Random(f"fleetrl-micro-{MICRO_VERSION}-{split}")
-        order = list(pairs)
+        rng = random.Random(f"fleetrl-micro-{SEED_VERSION}-{split}")
+        order = [(t, kind) for t in templates_of(split) for kind in sorted(t.bugs)]
         rng.shuffle(order)
         for index in range(size):
             template, kind = order[index % len(order)]
@@ -247,7 +265,7 @@ def suite_root() -> Path:
 
 
 def build_suite() -> list[Task]:
-    """All micro tasks as fresh Task records (train, then heldout), repositories not written."""
+    """All micro tasks as fresh Task records (in SPLIT_SIZES order), repositories not written."""
     root = suite_root()
     tasks = []
     for spec in _specs():

@@ -412,3 +412,97 @@ TEMPLATES: list[Template] = [
         args=lambda r, p: (r.randint(10, 999),),
     ),
 ]
+
+
+# Templates of the `heldout-templates` split only: no training, validation or held-out task
+# uses them, so that split measures fixing bugs in functions of a shape never trained on.
+# Same eight bug kinds as above.
+UNSEEN_TEMPLATES: list[Template] = [
+    Template(
+        name="count_equal",
+        source=(
+            "def {f}({xs}, {t}):\n"
+            "    {n} = 0\n"
+            "    for {v} in {xs}:\n"
+            "        if {v} == {t}:\n"
+            "            {n} += 1\n"
+            "    return {n}\n"
+        ),
+        bugs={
+            "negated_condition": ("if {v} == {t}:", "if not {v} == {t}:"),
+            "operator_swap": ("{n} += 1", "{n} -= 1"),
+            "constant_change": ("{n} = 0", "{n} = 1"),
+        },
+        args=lambda r, p: (_ints(r, 2, 6, 0, 4), r.randint(0, 4)),
+    ),
+    Template(
+        name="last_index",
+        source=(
+            "def {f}({xs}, {t}):\n"
+            "    {i} = len({xs}) - 1\n"
+            "    while {i} >= 0:\n"
+            "        if {xs}[{i}] == {t}:\n"
+            "            return {i}\n"
+            "        {i} -= 1\n"
+            "    return -1\n"
+        ),
+        bugs={
+            "off_by_one": ("{i} = len({xs}) - 1", "{i} = len({xs}) - 2"),
+            "comparison_flip": ("while {i} >= 0:", "while {i} > 0:"),
+            "wrong_return_value": ("    return -1\n", "    return 0\n"),
+        },
+        args=lambda r, p: (_ints(r, 2, 6, 0, 5), r.randint(0, 5)),
+    ),
+    Template(
+        name="scale_add",
+        source=(
+            "def {f}({xs}):\n"
+            "    {out} = []\n"
+            "    for {v} in {xs}:\n"
+            "        {out}.append({v} * {k} + 1)\n"
+            "    return {out}\n"
+        ),
+        bugs={
+            "constant_change": ("{v} * {k}", "{v} * {k_next}"),
+            "operator_swap": ("* {k} + 1", "* {k} - 1"),
+            "wrong_return_value": ("return {out}", "return {xs}"),
+        },
+        args=lambda r, p: (_ints(r, 1, 5, -5, 9),),
+        ints={"k": (2, 9)},
+    ),
+    Template(
+        name="pair_diffs",
+        source=(
+            "def {g}({a}, {b}):\n"
+            "    return {a} - {b}\n"
+            "\n"
+            "\n"
+            "def {f}({xs}):\n"
+            "    return [{g}({xs}[{i}], {xs}[{i} - 1]) for {i} in range(1, len({xs}))]\n"
+        ),
+        bugs={
+            "swapped_arguments": ("{g}({xs}[{i}], {xs}[{i} - 1])", "{g}({xs}[{i} - 1], {xs}[{i}])"),
+            "off_by_one": ("range(1, len({xs}))", "range(2, len({xs}))"),
+            "operator_swap": ("return {a} - {b}", "return {a} + {b}"),
+        },
+        args=lambda r, p: (_ints(r, 2, 6, -5, 9),),
+    ),
+    Template(
+        name="drop_letter",
+        source=(
+            "def {f}({s}):\n"
+            "    {out} = ''\n"
+            "    for {ch} in {s}:\n"
+            "        if {ch} != '{c}':\n"
+            "            {out} += {ch}\n"
+            "    return {out}\n"
+        ),
+        bugs={
+            "comparison_flip": ("if {ch} != '{c}':", "if {ch} == '{c}':"),
+            "dropped_statement": ("            {out} += {ch}\n", "            pass\n"),
+            "wrong_return_value": ("return {out}", "return {s}"),
+        },
+        args=lambda r, p: (_word(r, 2, 7, str(p["c"])),),
+        chars=("c",),
+    ),
+]

@@ -1,7 +1,7 @@
 """No gold patch of the micro suite raises an anti-cheat flag: the static checks read every
 gold fix's changed files (base bytes from the task's repository, new bytes after `git
 apply` of the gold patch), with the hidden tests' literals, as the verifier does. This is
-the quick form of the slow all-540 grading in test_verifier.py, for the checks alone."""
+the quick form of the slow all-gold grading in test_verifier.py, for the checks alone."""
 
 import re
 from pathlib import Path
@@ -43,7 +43,7 @@ def hidden_test_facts(task: Task) -> anticheat.TestFacts:
 
 def test_no_gold_patch_raises_a_flag(tmp_path):
     tasks = load_tasks(suite="micro")
-    assert len(tasks) == 540
+    assert len(tasks) == 662
     flagged = {}
     for task in tasks:
         changes = gold_changes(task, tmp_path / task.instance_id)

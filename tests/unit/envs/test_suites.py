@@ -23,7 +23,7 @@ def test_load_tasks_resolves_suites_and_splits(tmp_path: Path) -> None:
         load_tasks(suite="micro", tasks_dir=tmp_path)
     with pytest.raises(TaskError, match=r"unknown suite 'nope'.*micro"):
         load_tasks(suite="nope")
-    with pytest.raises(TaskError, match=r"no split 'dev'.*heldout, train"):
+    with pytest.raises(TaskError, match=r"no split 'dev'.*heldout, heldout-templates, train, val"):
         load_tasks(suite="micro", split="dev")
     with pytest.raises(TaskError, match="neither a task folder nor a JSONL file"):
         load_tasks(tasks_dir=tmp_path / "missing")

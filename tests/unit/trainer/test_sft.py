@@ -1,13 +1,24 @@
 """SFT: the schedule, the batches and the loss (a real run on real demonstrations, and the
 base model the repository ships: tests/env/trainer)."""
 
+import json
+
 import pytest
 import torch
 
 from fleetrl.config import SftSection
 from fleetrl.model.checkpoint import init_model
 from fleetrl.model.tokenizer import bundled_tokenizer
-from fleetrl.trainer.sft import _batches, collate, lr_at, model_config, sft_loss
+from fleetrl.trainer.sft import (
+    STATE_FILE,
+    _batches,
+    collate,
+    lr_at,
+    model_config,
+    sft_loss,
+    train_sft,
+    validation_loss,
+)
 from fleetrl.types import Demo
 
 torch.set_num_threads(1)
@@ -70,3 +81,46 @@ def test_bf16_loss_is_close_to_float32_and_has_float32_gradients():
     assert bf16.item() == pytest.approx(fp32.item(), rel=2e-2)
     bf16.backward()
     assert all(p.grad is None or p.grad.dtype == torch.float32 for p in model.parameters())
+
+
+def _tiny_run(tmp_path, demos, val_demos, **settings):
+    model = init_model(model_config(TOKENIZER, hidden=32, layers=1), seed=0)
+    start = {k: v.clone() for k, v in model.state_dict().items()}
+    config = SftSection(batch_size=2, lr=1e-2, warmup_steps=0, log_every=1, **settings)
+    result = train_sft(
+        model,
+        demos,
+        TOKENIZER,
+        tmp_path / "out",
+        config,
+        progress=False,
+        echo=lambda _: None,
+        val_demos=val_demos,
+    )
+    return model, start, result
+
+
+def test_sft_stops_at_a_validation_plateau_and_keeps_the_best_weights(tmp_path):
+    # Validation wants other tokens after the same context: learning the training demos
+    # makes the validation loss worse from the first step, so step 0 stays the best.
+    demos = [Demo(str(i), "fix", [5, 6, 7, 8], [0, 0, 1, 1]) for i in range(4)]
+    conflicting = [Demo("v", "fix", [5, 6, 9, 9], [0, 0, 1, 1])]
+    model, start, result = _tiny_run(
+        tmp_path, demos, conflicting, steps=50, val_every=1, patience=3
+    )
+    assert result.stopped == "plateau" and result.steps == 3 and result.best_step == 0
+    assert [step for step, _ in result.val_losses] == [0, 1, 2, 3]
+    assert result.val_losses[-1][1] > result.val_losses[0][1]
+    assert all(torch.equal(start[k], v) for k, v in model.state_dict().items())
+    state = json.loads((tmp_path / "out" / STATE_FILE).read_text())["result"]
+    assert state["best_step"] == 0 and state["stopped"] == "plateau"
+
+
+def test_sft_tracks_an_improving_validation_loss_and_stops_on_wall_time(tmp_path):
+    demos = [Demo(str(i), "fix", [5, 6, 7, 8], [0, 0, 1, 1]) for i in range(4)]
+    _, _, result = _tiny_run(tmp_path, demos, demos[:1], steps=6, val_every=2)
+    assert [step for step, _ in result.val_losses] == [0, 2, 4, 6]
+    assert result.val_losses[-1][1] < result.val_losses[0][1] and result.best_step == 6
+    _, _, timed = _tiny_run(tmp_path, demos, None, steps=10_000, max_seconds=0.5)
+    assert timed.stopped == "time" and 0 < timed.steps < 10_000 and not timed.val_losses
+    assert validation_loss(init_model(model_config(TOKENIZER, 32, 1)), demos, 0, 3) > 0

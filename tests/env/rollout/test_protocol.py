@@ -1,0 +1,91 @@
+"""The evaluation protocol on real episodes: a scripted policy graded by the real verifier
+(recovery, runs at several temperatures through one policy), and `fleetrl eval
+--best-temperature` end to end with the shipped base model on two tasks per split."""
+
+import asyncio
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from fleetrl.cli import app
+from fleetrl.config import HarnessSection, RolloutSection
+from fleetrl.envs.suites import get_task
+from fleetrl.model.chat import Message, ToolCall, format_reply
+from fleetrl.model.tokenizer import bundled_tokenizer
+from fleetrl.rollout.evaluate import _Run, _Session, evaluate_policy
+from fleetrl.rollout.worker import Rollouts
+from fleetrl.types import Completion, SamplingParams
+
+TOKENIZER = bundled_tokenizer()
+TASK = "micro-train-0007"  # nkims.py: `xut = 1` should be `xut = 0`
+
+
+def call(name: str, **arguments: str) -> Message:
+    return Message("assistant", "", [ToolCall(name, arguments)])
+
+
+# An edit that misses (its `old` text is not in the file), the fix, finish.
+STUMBLE = (
+    call("edit_file", path="nkims.py", old="xut = 7", new="xut = 0"),
+    call("edit_file", path="nkims.py", old="xut = 1", new="xut = 0"),
+    call("finish"),
+)
+
+
+class Stumbler:
+    """Replies STUMBLE, one reply per turn; records the temperature of every request."""
+
+    def __init__(self) -> None:
+        self.temperatures: set[float] = set()
+
+    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> Completion:
+        self.temperatures.add(params.temperature)
+        turn = TOKENIZER.decode(prompt_ids).count("<tool_response>")
+        ids = TOKENIZER.encode(format_reply(STUMBLE[turn]) + "<|im_end|>")
+        return Completion(list(prompt_ids), ids, [-1.0] * len(ids), [0] * len(ids), "stop")
+
+
+def rollouts(policy: Stumbler) -> Rollouts:
+    return Rollouts(policy, TOKENIZER, HarnessSection(), RolloutSection(), 4, 2)
+
+
+def test_an_episode_that_recovers_from_a_failed_edit_counts():
+    async def scenario():
+        return await evaluate_policy(rollouts(Stumbler()), [get_task(TASK)], samples_per_task=1)
+
+    result = asyncio.run(scenario())
+    assert result.pass_at_1 == 1.0 and result.failed_edit_episodes == 1
+    assert result.recovery == 1.0 and result.recovery_rate == 1.0
+
+
+def test_runs_at_several_temperatures_share_one_policy():
+    policy, task = Stumbler(), get_task(TASK)
+
+    async def scenario():
+        runs = [_Run([task], 0.0, 1, "greedy"), _Run([task], 0.7, 2, "sampled")]
+        return await _Session(rollouts(policy), None).run(runs)
+
+    greedy, sampled = asyncio.run(scenario())
+    assert policy.temperatures == {0.0, 0.7}
+    assert (greedy.temperature, greedy.episodes) == (0.0, 1)
+    assert (sampled.temperature, sampled.episodes, sampled.pass_at_k) == (0.7, 2, {2: 1.0})
+
+
+@pytest.mark.slow  # ~15 s: the base model's sweep (2 temperatures), greedy and reported run
+def test_fleetrl_eval_best_temperature_end_to_end():
+    args = ["eval", "base", "--split", "heldout", "--best-temperature", "--max-tasks", "2"]
+    args += ["--samples", "2", "--threads", "1", "--set", "eval.temperatures=[0.0, 1.0]"]
+    result = CliRunner().invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    assert doc["split"] == "heldout" and doc["tasks"] == 2
+    assert set(doc["val_sweep"]) == {"0.0", "1.0"}
+    best = max(doc["val_sweep"].values())
+    assert doc["temperature"] == min(float(t) for t, p in doc["val_sweep"].items() if p == best)
+    assert doc["samples_per_task"] == (1 if doc["temperature"] == 0 else 2)
+    assert doc["episodes"] == 2 * doc["samples_per_task"]
+    for key in ("pass_at_1", "greedy", "pass_at_8", "recovery", "recovery_rate"):
+        assert 0.0 <= doc[key] <= 1.0, key
+    assert doc["ci_low"] <= doc["pass_at_1"] <= doc["ci_high"]
+    assert doc["greedy_ci"][0] <= doc["greedy"] <= doc["greedy_ci"][1]
