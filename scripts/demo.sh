@@ -2,18 +2,19 @@
 # `make demo`: the main job on the embedded default. `fleetrl train` with the default
 # configuration: the shipped base model, the `micro` train split, a local object store,
 # bubblewrap sandboxes and the asynchronous pipeline; it evaluates the base and the trained
-# model on the held-out split and writes runs/demo-TIME/ with report.html.
+# model on the held-out split, each at its own temperature chosen on the validation split,
+# and writes runs/demo-TIME/ with report.html.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 NAME=${NAME:-demo-$(date +%Y%m%d-%H%M%S)}
 .venv/bin/fleetrl train --name "$NAME"
 echo
-echo "held-out pass@1 before and after (runs/$NAME/eval.json):"
+echo "held-out pass@1 before and after, each at its temperature chosen on val (runs/$NAME/eval.json):"
 .venv/bin/python - "runs/$NAME/eval.json" <<'PY'
 import json, sys
 summary = json.load(open(sys.argv[1]))
 for label, r in summary.items():
     print(f"  {label:5s} {r['pass_at_1']:.3f}  95% CI [{r['ci_low']:.3f}, {r['ci_high']:.3f}]"
-          f"  over {r['episodes']} episodes")
+          f"  at T = {r['temperature']:g}, {r['episodes']} episodes on {r['tasks']} tasks")
 PY
 echo "report: runs/$NAME/report.html"

@@ -214,16 +214,19 @@ def train_sft(
     window: list[float] = []
     start = time.monotonic()
     best_loss, best_state, misses = float("inf"), None, 0
+    bar_to_beat = float("inf")  # a loss counts as progress below this (min_delta)
 
     def validate(step: int) -> bool:
         """Record the validation loss after `step` steps; True when training should stop."""
-        nonlocal best_loss, best_state, misses
+        nonlocal best_loss, best_state, misses, bar_to_beat
         loss = validation_loss(model, val_demos or [], tokenizer.pad_id, config.batch_size)
         result.val_losses.append((step, loss))
-        if loss < best_loss:
-            best_loss, result.best_step, misses = loss, step, 0
+        if loss < best_loss:  # the weights kept are always those of the lowest loss
+            best_loss, result.best_step = loss, step
             if config.patience:
                 best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        if loss < bar_to_beat:
+            misses, bar_to_beat = 0, loss * (1 - config.min_delta)
         else:
             misses += 1
         echo(f"step {step}/{config.steps}  validation loss {loss:.4f}  (best {best_loss:.4f})")

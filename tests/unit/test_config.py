@@ -83,7 +83,7 @@ def test_with_overrides_validates_like_a_file():
 
 def test_the_optimiser_defaults_are_one_update_and_dynamic_sampling():
     trainer = load_config().trainer
-    assert (trainer.minibatches, trainer.dynamic_sampling, trainer.max_skip_batches) == (1, True, 2)
+    assert (trainer.minibatches, trainer.dynamic_sampling, trainer.max_skip_batches) == (2, True, 2)
     config = load_config(overrides=parse_overrides(["trainer.minibatches=4",
                                                     "trainer.dynamic_sampling=false"]))  # fmt: skip
     assert (config.trainer.minibatches, config.trainer.dynamic_sampling) == (4, False)

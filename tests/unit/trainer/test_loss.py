@@ -267,7 +267,7 @@ def clip_group(model):
 
 
 def test_minibatches_move_the_ratio_so_the_clip_acts():
-    config = TrainerSection(bf16=False, micro_batch_size=1, max_grad_norm=100.0)
+    config = TrainerSection(bf16=False, micro_batch_size=1, max_grad_norm=100.0, minibatches=1)
     single = tiny_model()
     samples, _ = samples_from_groups([clip_group(single)], "drgrpo")
     optimizer = torch.optim.AdamW(single.parameters(), lr=0.2)

@@ -86,7 +86,9 @@ def test_bf16_loss_is_close_to_float32_and_has_float32_gradients():
 def _tiny_run(tmp_path, demos, val_demos, **settings):
     model = init_model(model_config(TOKENIZER, hidden=32, layers=1), seed=0)
     start = {k: v.clone() for k, v in model.state_dict().items()}
-    config = SftSection(batch_size=2, lr=1e-2, warmup_steps=0, log_every=1, **settings)
+    config = SftSection(
+        **({"batch_size": 2, "lr": 1e-2, "warmup_steps": 0, "log_every": 1} | settings)
+    )
     result = train_sft(
         model,
         demos,
@@ -124,3 +126,12 @@ def test_sft_tracks_an_improving_validation_loss_and_stops_on_wall_time(tmp_path
     _, _, timed = _tiny_run(tmp_path, demos, None, steps=10_000, max_seconds=0.5)
     assert timed.stopped == "time" and 0 < timed.steps < 10_000 and not timed.val_losses
     assert validation_loss(init_model(model_config(TOKENIZER, 32, 1)), demos, 0, 3) > 0
+
+
+def test_progress_below_min_delta_runs_out_of_patience_but_keeps_the_lowest_loss(tmp_path):
+    demos = [Demo(str(i), "fix", [5, 6, 7, 8], [0, 0, 1, 1]) for i in range(4)]
+    settings = {"steps": 50, "val_every": 1, "patience": 2, "min_delta": 0.9, "lr": 1e-3}
+    _, _, result = _tiny_run(tmp_path, demos, demos[:1], **settings)
+    losses = [loss for _, loss in result.val_losses]
+    assert losses == sorted(losses, reverse=True)  # it kept improving, by less than 90 %
+    assert result.stopped == "plateau" and result.steps == 2 and result.best_step == 2
