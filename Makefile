@@ -3,16 +3,22 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+RUNTIME := $(VENV)/.runtime
 STAMP := $(VENV)/.installed
 
 .PHONY: setup lint format test test-fast demo bench clean
 
 # torch is pinned to the CPU build that lies on local disk (a bare `torch` would pull CUDA).
-$(STAMP): pyproject.toml scripts/setup-system.sh
+# The demo needs the runtime only; the tests add the dev extras (Ray, SeaweedFS, pytest).
+$(RUNTIME): pyproject.toml scripts/setup-system.sh
 	bash scripts/setup-system.sh
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e .
+	touch $(RUNTIME)
+
+$(STAMP): $(RUNTIME)
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
@@ -34,7 +40,7 @@ test: lint
 test-fast: setup
 	$(PY) -m pytest -q -n 2 -m "not slow" tests/unit
 
-demo: setup
+demo: $(RUNTIME)
 	bash scripts/demo.sh
 
 bench: setup
