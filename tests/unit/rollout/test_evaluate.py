@@ -99,7 +99,7 @@ def test_eval_config_defaults_and_the_val_split_rule():
     section = load_config().eval
     assert tuple(section.temperatures) == (0.0, 0.3, 0.5, 0.7, 1.0)
     assert (section.val_split, section.samples, section.val_samples) == ("val", 8, 1)
-    assert section.best_temperature and section.episodes == 200
+    assert section.best_temperature and section.episodes == 100
     with pytest.raises(ConfigError, match=r"eval\.val_split is the reported split"):
         load_config(overrides={"eval": {"val_split": "heldout"}})
     with pytest.raises(ConfigError, match=r"eval\.val_split is the training split"):
