@@ -342,13 +342,15 @@ def test_verify_cli_json(task, workspace):
     assert missing.exit_code == 2 and "unknown task id" in missing.output
 
 
-# Every gold patch of the micro suite grades 1: all 662 (about 5 minutes: slow), and for the
-# quick loop a fixed sample, every 27th task (25, from every split and of every bug kind).
+# Gold patches of the micro suite grade 1 under the real verifier: every third task (221, all
+# four splits and every bug kind; about 2 minutes: slow), and for the quick loop
+# every 27th (25). All 662 graded 1 when the suite was last changed (slice(None) here); the
+# static checks of every gold patch run in test_anticheat_gold.py.
 @pytest.mark.parametrize(
     "which",
     [
         pytest.param(slice(None, None, 27), id="sample25"),
-        pytest.param(slice(None), id="all", marks=pytest.mark.slow),
+        pytest.param(slice(1, None, 3), id="third", marks=pytest.mark.slow),
     ],
 )
 def test_every_micro_gold_patch_scores_one(tmp_path, which):
