@@ -45,6 +45,7 @@ file types); see docs/environments.md for the in-process attacks that remain.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import logging
 import os
@@ -248,9 +249,19 @@ def sandbox_changes(sandbox: Sandbox, base: Path) -> Changes:
     return changes
 
 
+class GraderUnavailable(RuntimeError):
+    """This Python cannot grade at all (no pytest): every reward would be 0 for a reason that
+    is not the agent's, so grading refuses to start."""
+
+
 @cache
 def _runner_source() -> tuple[bytes, str]:
     """The runner's bytes and their hash (read, not imported: importing pulls in pytest)."""
+    if importlib.util.find_spec("pytest") is None:
+        raise GraderUnavailable(
+            f"the verifier runs hidden tests with pytest, which {sys.executable} lacks: "
+            "pip install pytest"
+        )
     source = Path(__file__).with_name("grader_runner.py").read_bytes()
     return source, hashlib.sha256(source).hexdigest()[:16]
 

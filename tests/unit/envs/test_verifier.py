@@ -124,3 +124,22 @@ def test_changed_hidden_tests_and_refused_events_are_flagged():
     assert judge_report(report(*PASSING, rebound), TESTS, HASHES).flags == {"runtime_tampering"}
     truncated = report(*PASSING, FINAL_0, truncated=True)
     assert judge_report(truncated, TESTS, HASHES).flags == {"report_inconsistent"}
+
+
+def test_a_python_without_pytest_refuses_to_grade_instead_of_scoring_zero(monkeypatch):
+    # A runtime-only install once lacked pytest: every grading "failed" and every reward was
+    # 0 with no flag, as if the agents were wrong.
+    import importlib.util
+
+    from fleetrl.envs import verifier
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "pytest" else real(name, *a)
+    )
+    verifier._runner_source.cache_clear()
+    try:
+        with pytest.raises(verifier.GraderUnavailable, match="pip install pytest"):
+            verifier.runner_dir()
+    finally:
+        verifier._runner_source.cache_clear()
