@@ -325,8 +325,9 @@ def bench_fleet(
     weight store), with no region lost and with one killed mid-run.
 
     Two legs on one workload, as real processes over fresh local-folder stores: all three
-    regions to the end, then region-1 killed (SIGKILL) halfway and not restarted. Measures
-    cross-region bytes per version (per region and total, against the trainer's delta),
+    regions to the end, then region-1 killed (SIGKILL) halfway, once it has served a trained
+    version, and not restarted. Measures cross-region bytes per version (per region and
+    total, against the trainer's delta),
     the time from each publish until each region and until every region serves it (p50 /
     p95 over versions), the trainer's idle fraction, the staleness histogram, samples/s
     between the first and last optimizer step, and samples/s killed / none. Settings start

@@ -8,8 +8,9 @@ store (`fleetrl trainer` and `fleetrl region`, as on separate machines):
     region-0: slow (every tool turn waits env_latency_s more), region-1, region-2
 
 - "none": all regions run to the end;
-- "killed": region-1 is killed (SIGKILL) once the trainer has done half its steps and is
-  not restarted: the fleet finishes on two regions. Its unused admission grant returns to
+- "killed": region-1 is killed (SIGKILL) once the trainer has done half its steps and the
+  region has served a trained version, and is not restarted: the fleet finishes on two
+  regions. Its unused admission grant returns to
   the others when its heartbeat expires (30 s), which the figure includes.
 
 Each region keeps its own weight store (a local folder standing in for a bucket in its
@@ -98,11 +99,18 @@ def _trained_steps(run_dir: Path) -> int:
     return train[-1]["step"] if train else 0
 
 
+def _served_a_trained_version(url: str, name: str) -> bool:
+    """Whether region `name` has recorded serving a version newer than 0."""
+    records = read_region_metrics(open_store(url)).get(name, [])
+    return any(r["kind"] == "applied" and r["version"] > 0 for r in records)
+
+
 def _run_leg(
     config: RunConfig, run_dir: Path, w: FleetWorkload, kill: str | None, echo: bool
 ) -> dict[str, float]:
-    """Run the trainer and the regions to the end; kill `kill` halfway. Returns the unix
-    times of deaths by region."""
+    """Run the trainer and the regions to the end; kill `kill` halfway, once it has served a
+    trained version (so that it has figures of its own). Returns the unix times of deaths by
+    region."""
     url = prepare_run(config, run_dir)
     logs = run_dir / "logs"
     names = [f"region-{i}" for i in range(w.regions)]
@@ -121,7 +129,12 @@ def _run_leg(
                 code = process.poll()
                 if code not in (None, 0) and name not in deaths:
                     raise RunFailed(f"{name} exited with {code}:\n{_tail(logs / f'{name}.log')}")
-            if kill and kill not in deaths and _trained_steps(run_dir) >= w.steps // 2:
+            if (
+                kill
+                and kill not in deaths
+                and _trained_steps(run_dir) >= w.steps // 2
+                and _served_a_trained_version(url, kill)
+            ):
                 os.kill(processes[kill].pid, signal.SIGKILL)
                 processes[kill].wait()
                 deaths[kill] = time.time()
