@@ -496,6 +496,12 @@ def train(
             summary = _train_on_ray(config, run_dir, regions)
     except RunFailed as err:
         raise fail(str(err)) from None
+    except KeyboardInterrupt:
+        typer.secho(
+            "interrupted: the run is kept in its store; the same command resumes it",
+            err=True,
+        )
+        raise typer.Exit(code=130) from None
     for label, result in summary.items():
         typer.echo(
             f"{label:>5}: pass@1 {result['pass_at_1']:.3f} "

@@ -10,15 +10,19 @@
 The processes are the same commands one would start by hand on other machines; the
 launcher only starts, watches and restarts them.
 A process that keeps crashing (more than CRASH_LIMIT times within CRASH_WINDOW_S) fails the
-run with the tail of its log.
+run with the tail of its log. Interrupted (Ctrl-C, SIGTERM) or failed, the launcher
+terminates its processes before it exits: none outlives it to write into the store, and
+the same command resumes the run from the store.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -98,17 +102,28 @@ class _Process:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
 
     def stop(self, timeout: float = 30.0) -> None:
+        """Give the process `timeout` seconds to exit by itself, then terminate it."""
         if self.popen is None or self.popen.poll() is not None:
             return
         try:
             self.popen.wait(timeout)
         except subprocess.TimeoutExpired:
-            self.popen.terminate()
-            try:
-                self.popen.wait(10)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait()
+            self.terminate()
+
+    def terminate(self) -> None:
+        """SIGTERM now, SIGKILL if it is still there 10 s later."""
+        if self.popen is None or self.popen.poll() is not None:
+            return
+        self.popen.terminate()
+        try:
+            self.popen.wait(10)
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+            self.popen.wait()
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 def _watch(processes: list[_Process], url: str, run_dir: Path, steps: int, progress: bool) -> None:
@@ -207,14 +222,23 @@ def run_local(config: RunConfig, run_dir: Path, regions: int = 1, progress: bool
         _Process("region", f"region-{i}", run_dir / "logs" / f"region-{i}.log")
         for i in range(regions)
     ]
-    for process in processes:
-        process.start(url, run_dir)
+    # SIGTERM unwinds like Ctrl-C (signal handlers can only be set from the main thread).
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm) if main else None
     try:
+        for process in processes:
+            process.start(url, run_dir)
         _watch(processes, url, run_dir, config.trainer.steps, progress)
+    except BaseException:
+        for process in processes:
+            process.terminate()
+        raise
     finally:
         for process in processes[1:]:
             process.stop()
         processes[0].stop(timeout=5)
+        if main:
+            signal.signal(signal.SIGTERM, previous)
     return evaluate_and_report(config, run_dir, progress)
 
 

@@ -2,8 +2,11 @@
 the report. A tiny random model: this checks the machinery, not learning."""
 
 import json
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 from fleetrl.store.trajectories import TrajectoryChannel
 from fleetrl.store.weights import WeightStore
@@ -43,3 +46,33 @@ def test_train_runs_the_whole_loop(tmp_path, tiny_checkpoint):
     # A finished run is not overwritten.
     again = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     assert again.returncode == 2 and "finished run" in again.stderr
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is `pid`, from /proc."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # it exited meanwhile
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def test_a_terminated_train_leaves_no_process_behind(tmp_path, tiny_checkpoint):
+    argv = [sys.executable, "-m", "fleetrl.cli", "train", "--name", "t"]
+    argv += ["--runs-dir", str(tmp_path), "--set", f"model.path={tiny_checkpoint}"]
+    argv += ["--set", "trainer.steps=50"]
+    launcher = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while len(children := _children(launcher.pid)) < 2:  # the trainer and one region
+        assert time.monotonic() < deadline and launcher.poll() is None
+        time.sleep(0.2)
+    time.sleep(2.0)  # both are loading their model
+    launcher.send_signal(signal.SIGTERM)
+    _, err = launcher.communicate(timeout=60)
+    assert launcher.returncode == 128 + signal.SIGTERM, err
+    # The launcher reaped them (no zombie either): nothing writes into the store any more.
+    assert [pid for pid in children if Path(f"/proc/{pid}").exists()] == []
