@@ -101,6 +101,7 @@ class EvalRecord:
     duration_s: float  # s: the whole evaluation
     mean_tool_errors: float  # tool errors per episode
     model: str  # which checkpoint: "base" or "final"
+    temperature: float | None = None  # sampling temperature of its episodes (0: greedy)
 
 
 Record = TrainRecord | SyncRecord | EvalRecord

@@ -210,6 +210,7 @@ def eval_record(result: EvalResult, model: str) -> EvalRecord:
         duration_s=result.duration_s,
         mean_tool_errors=result.mean_tool_errors,
         model=model,
+        temperature=result.temperature,
     )
 
 

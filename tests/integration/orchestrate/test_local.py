@@ -41,6 +41,9 @@ def test_train_runs_the_whole_loop(tmp_path, tiny_checkpoint):
     assert [r["step"] for r in train] == [1, 2]
     assert all(max(0, len(r["staleness_hist"]) - 1) <= 2 for r in train)
     assert json.loads((run / "eval.json").read_text())["final"]["episodes"] == 2
+    # The end-of-run evaluation records the temperature it chose on val for the final model.
+    chosen = json.loads((run / "eval.json").read_text())["final"]["temperature"]
+    assert [r["temperature"] for r in records if r["kind"] == "eval"] == [chosen]
     assert WeightStore(str(run / "store")).latest() == 2
     assert TrajectoryChannel(str(run / "store")).count() >= 4
     # A finished run is not overwritten.

@@ -60,6 +60,7 @@ EVAL_KEYS = [
     "duration_s",
     "mean_tool_errors",
     "model",
+    "temperature",
 ]
 
 
