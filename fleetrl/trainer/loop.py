@@ -76,12 +76,13 @@ def staleness(record: GroupRecord, version: int) -> int:
 
 
 def make_optimizer(
-    model: torch.nn.Module, lr: float, output_norm_lr: float, weight_decay: float
+    model: torch.nn.Module, lr: float, output_norm_lr: float | None, weight_decay: float
 ) -> torch.optim.AdamW:
-    """AdamW over every parameter; the final norm's gain, which scales all output logits
-    (an inverse temperature per hidden dimension), learns at `output_norm_lr`: sharpening
-    the policy is most of what a short RL run can do, and at the matrices' rate that one
-    vector would barely move."""
+    """AdamW over every parameter. Given `output_norm_lr`, the final norm's gain (it scales
+    all output logits: an inverse temperature per hidden dimension) learns at that rate
+    instead, an opt-in way to let a short run sharpen the policy."""
+    if output_norm_lr is None:
+        return torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
     norm = model.model.norm.weight
     rest = [p for p in model.parameters() if p is not norm]
     groups = [{"params": rest}, {"params": [norm], "lr": output_norm_lr}]
