@@ -592,7 +592,8 @@ def sft(
     (graded by the verifier), then renamed copies of each task with fresh random names
     (checked by the expert's own run). The model learns the expert's replies only.
     Settings come from the run configuration tree (defaults, --config, --set); each flag
-    below overrides the key in brackets after it."""
+    below overrides the key in brackets after it. Ctrl-C stops after the step in progress
+    and writes the checkpoint so far (a second Ctrl-C aborts at once)."""
     shortcuts = {
         "sft.steps": steps,
         "sft.batch_size": batch_size,
@@ -619,9 +620,14 @@ def sft(
     from fleetrl.orchestrate.sft import SftError, run_sft
 
     try:
-        run_sft(config, out, echo=typer.echo)
+        result = run_sft(config, out, echo=typer.echo)
     except SftError as err:
         raise fail(str(err)) from None
+    if result.stopped == "interrupted":
+        typer.secho(
+            f"interrupted: {out} holds the weights so far; --init {out} continues", err=True
+        )
+        raise typer.Exit(code=130)
 
 
 StoreOption = Annotated[

@@ -20,9 +20,10 @@ instead (continued SFT at the same compute as an RL run).
 Contract: the same demos, config (`fleetrl.config.SftSection`), seed and thread count give
 the same weights on one machine (no dropout; batches are drawn from a seeded generator).
 The model trains in float32. Demos come from `fleetrl.rollout.demos`; the `fleetrl sft`
-command's job is `fleetrl.orchestrate.sft`. Not covered: packing several episodes into one
-row, several processes, resuming an interrupted run (start again with `init` pointing at a
-saved step).
+command's job is `fleetrl.orchestrate.sft`. Ctrl-C stops training once the step in progress
+is done and saves as at the end (`stopped`: "interrupted"); a second Ctrl-C interrupts at
+once. Not covered: packing several episodes into one row, several processes, resuming
+with the optimizer's state (start again with `init` pointing at a saved checkpoint).
 """
 
 from __future__ import annotations
@@ -30,8 +31,11 @@ from __future__ import annotations
 import json
 import math
 import random
+import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -59,7 +63,7 @@ class SFTResult:
     losses: list[tuple[int, float]] = field(default_factory=list)  # (step, mean loss) per log
     val_losses: list[tuple[int, float]] = field(default_factory=list)  # (step, validation loss)
     best_step: int | None = None  # step of the lowest validation loss (None: not measured)
-    stopped: str = "steps"  # why training ended: "steps", "plateau" or "time"
+    stopped: str = "steps"  # why training ended: "steps", "plateau", "time" or "interrupted"
     target_tokens: int = 0  # tokens trained on (loss_mask == 1), all steps together
     duration_s: float = 0.0
     parameters: int = 0
@@ -185,6 +189,28 @@ def save_checkpoint(
     (path / STATE_FILE).write_text(json.dumps(state, indent=2) + "\n")
 
 
+@contextmanager
+def _ctrl_c_ends_the_step() -> Iterator[Callable[[], bool]]:
+    """Yield a check for "was Ctrl-C pressed?": while inside, the first SIGINT only asks
+    training to stop after the step in progress (so the weights saved are those of whole
+    steps) and the second one raises KeyboardInterrupt as usual. Signals reach only the
+    main thread; elsewhere the check is always False."""
+    asked = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield asked.is_set
+        return
+
+    def ask(signum: int, frame: object) -> None:
+        asked.set()
+        signal.signal(signal.SIGINT, previous)
+
+    previous = signal.signal(signal.SIGINT, ask)
+    try:
+        yield asked.is_set
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def train_sft(
     model: Qwen3,
     demos: list[Demo],
@@ -246,7 +272,10 @@ def train_sft(
         TextColumn("loss {task.fields[loss]}"),
         TimeRemainingColumn(),
     ]
-    with Progress(*columns, disable=not progress, transient=True) as bar:
+    with (
+        Progress(*columns, disable=not progress, transient=True) as bar,
+        _ctrl_c_ends_the_step() as interrupted,
+    ):
         bar_task = bar.add_task("sft", total=config.steps, loss="-")
         for step in range(config.steps):
             batch = collate(next(batches), tokenizer.pad_id)
@@ -284,6 +313,10 @@ def train_sft(
                 break
             if config.max_seconds and time.monotonic() - start >= config.max_seconds:
                 result.stopped = "time"
+                break
+            if interrupted():
+                result.stopped = "interrupted"
+                echo(f"interrupted after step {result.steps}: saving the weights")
                 break
     result.duration_s = time.monotonic() - start
     if best_state is not None:  # early stopping keeps the best validation loss's weights

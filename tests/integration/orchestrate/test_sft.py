@@ -1,7 +1,12 @@
 """`fleetrl sft` end to end on a tiny model: demos through the rollout worker, training, a
-checkpoint; flags override the config file, the file overrides the defaults."""
+checkpoint; flags override the config file, the file overrides the defaults; Ctrl-C keeps
+the weights trained so far."""
 
 import json
+import os
+import signal
+import subprocess
+import sys
 
 from typer.testing import CliRunner
 
@@ -29,3 +34,23 @@ def test_sft_trains_a_tiny_model_and_flags_override_the_config_file(tmp_path):
     # the validation loss on the first validation task, before the first step and at the end
     assert state["about"]["val_tasks"] == 1
     assert [step for step, _ in state["result"]["val_losses"]] == [0, 2]
+
+
+def test_ctrl_c_stops_after_the_step_and_keeps_the_weights(tmp_path):
+    out = tmp_path / "out"
+    argv = [sys.executable, "-m", "fleetrl.cli", "sft", str(out), *TINY, "--steps", "100000"]
+    argv += ["--log-every", "1", "--val-every", "0", "--batch-size", "2", "--copies", "0"]
+    argv += ["--demos-cache", str(tmp_path / "cache")]
+    env = os.environ | {"PYTHONUNBUFFERED": "1"}
+    sft = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    for line in sft.stdout:  # the first loss line: training has started
+        if line.startswith("step 1/"):
+            break
+    sft.send_signal(signal.SIGINT)
+    _, err = sft.communicate(timeout=120)
+    assert sft.returncode == 130, err
+    assert "holds the weights so far" in err
+    state = json.loads((out / STATE_FILE).read_text())
+    assert state["result"]["stopped"] == "interrupted"
+    assert 1 <= state["result"]["steps"] < 100000
+    assert load_pretrained(out).config.hidden_size == 32
