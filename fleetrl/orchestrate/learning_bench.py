@@ -198,6 +198,8 @@ def run_learning_bench(
     say(f"sft_more: SFT continued from {base} for {rl_wall_s:.0f} s, RL's wall time")
     sft_config = with_overrides(config, {"sft": sft_more_overrides(state, base, rl_wall_s)})
     sft = run_sft(sft_config, run_dir / "sft_more", echo=say, progress=progress)
+    if sft.stopped == "interrupted":  # SFT keeps its weights on Ctrl-C; the bench stops
+        raise KeyboardInterrupt
 
     torch.set_num_threads(config.eval.threads)
     checkpoints = {"base": base, "rl": run_dir / "rl" / "final", "sft_more": run_dir / "sft_more"}
