@@ -116,9 +116,9 @@ class TrainerSection(_Section):
     max_staleness: int = Field(1, ge=0)
     """Versions a token may lag the trainer; older groups are dropped (0: synchronous)."""
     lr: float = Field(4e-5, gt=0)
-    """AdamW learning rate of the weights (all but the final norm's gain). On the shipped
-    base model 1e-4 and above made held-out pass@1 worse within 24 steps
-    (docs/benchmarks.md)."""
+    """AdamW learning rate of the weights (the final norm's gain too, unless
+    `output_norm_lr` is set). On the shipped base model 1e-4 and above made held-out
+    pass@1 worse within 24 steps (docs/benchmarks.md)."""
     output_norm_lr: float | None = Field(None, gt=0)
     """Learning rate of the final norm's gain, which scales every output logit (per hidden
     dimension, an inverse temperature); unset, it learns at `lr` like the rest. At 5e-2 it
