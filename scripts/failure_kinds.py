@@ -1,5 +1,5 @@
 """Why a checkpoint's episodes fail on a micro split: one episode per task, each sorted
-into a kind by what its first edit_file call did.
+into a kind by its edit_file calls (the first one the tool refused, if any).
 
     python scripts/failure_kinds.py CHECKPOINT [--split heldout] [--temperature 0]
 
@@ -16,6 +16,7 @@ import json
 import re
 import tempfile
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 from fleetrl.config import load_config
@@ -26,14 +27,15 @@ from fleetrl.rollout import evaluate
 from fleetrl.types import SamplingParams, Task, Trajectory
 
 
-def first_edit_old(trajectory: Trajectory, decode) -> str | None:
-    """The `old` argument of the episode's first edit_file call, if it made one."""
+def edit_olds(trajectory: Trajectory, decode: Callable[[list[int]], str]) -> list[str]:
+    """The `old` argument of each edit_file call of the episode, in order."""
     text = "".join(decode(segment.token_ids) for segment in trajectory.segments)
-    for reply in text.split("<|im_start|>assistant")[1:]:
-        for call in parse_reply(reply.split("<|im_end|>")[0]).tool_calls:
-            if call.name == "edit_file":
-                return str(call.arguments.get("old", ""))
-    return None
+    calls = (
+        call
+        for reply in text.split("<|im_start|>assistant")[1:]
+        for call in parse_reply(reply.split("<|im_end|>")[0]).tool_calls
+    )
+    return [str(call.arguments.get("old", "")) for call in calls if call.name == "edit_file"]
 
 
 def constants_blanked(line: str) -> str:
@@ -41,22 +43,23 @@ def constants_blanked(line: str) -> str:
     return re.sub(r"'[a-z]'", "'L'", re.sub(r"\b\d+\b", "N", line.strip()))
 
 
-def kind_of(task: Task, trajectory: Trajectory, decode) -> str:
+def kind_of(task: Task, trajectory: Trajectory, decode: Callable[[list[int]], str]) -> str:
     """The failure kind of one episode (see the module docstring)."""
     if trajectory.reward >= 1:
         return "passed after a refused edit" if trajectory.failed_edits else "passed"
+    olds = edit_olds(trajectory, decode)
     if not trajectory.failed_edits:
-        has_edit = first_edit_old(trajectory, decode) is not None
-        return "edit applied, wrong fix" if has_edit else "no edit"
-    old = (first_edit_old(trajectory, decode) or "").strip().splitlines() or [""]
+        return "edit applied, wrong fix" if olds else "no edit"
     with tempfile.TemporaryDirectory() as folder:
         materialise(task, Path(folder))
         source = "".join(p.read_text() for p in Path(folder).glob("*.py"))
-    closest = max(
-        source.splitlines(),
-        key=lambda line: difflib.SequenceMatcher(None, line.strip(), old[0]).ratio(),
-    )
-    if constants_blanked(closest) == constants_blanked(old[0]):
+    # The refused edit: the first `old` that is not in the file as it was given; in it,
+    # the first line that is not a line of the file.
+    refused = next((old for old in olds if old not in source), "")
+    lines = {line.strip() for line in source.splitlines()}
+    wrong = next((line.strip() for line in refused.splitlines() if line.strip() not in lines), "")
+    closest = max(lines, key=lambda line: difflib.SequenceMatcher(None, line, wrong).ratio())
+    if wrong and constants_blanked(closest) == constants_blanked(wrong):
         return "refused edit: old mis-copies a constant"
     return "refused edit: other mismatch"
 
