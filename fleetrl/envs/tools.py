@@ -1,8 +1,9 @@
 """The agent's tools: what each one does in a sandbox, and the specs the model is shown.
 
 Tools: `read_file(path, start, end)` (numbered lines), `write_file(path, content)`,
-`edit_file(path, old, new)` (exact, unique match), `grep(pattern, path)`, `list_dir(path)`,
-`run(command, timeout)` (a shell command) and `finish(message)`.
+`edit_file(path, old, new)` (exact, unique match; a refusal shows the file's lines closest to
+`old`, as aider does, so a mis-copied line can be fixed by copying again), `grep(pattern,
+path)`, `list_dir(path)`, `run(command, timeout)` (a shell command) and `finish(message)`.
 
 Contract: `execute` never raises. Whatever the model wrote (unknown tool, missing or
 mistyped argument, a path outside the workspace, a failing command), the outcome is a text
@@ -13,6 +14,7 @@ Paths are relative to the workspace root; an absolute path under the sandbox's w
 
 from __future__ import annotations
 
+import difflib
 import posixpath
 from dataclasses import dataclass
 from typing import Any
@@ -180,11 +182,38 @@ def _edit_file(sandbox: Sandbox, args: _Args, limits: HarnessSection) -> ToolOut
         raise ToolError("edit_file: 'old' must not be empty")
     text = _read_text(sandbox, path, limits)
     count = text.count(old)
-    if count != 1:
-        where = "not found" if count == 0 else f"found {count} times; include more context"
-        raise ToolError(f"edit_file: 'old' text {where} in {path}")
+    if count > 1:
+        raise ToolError(
+            f"edit_file: 'old' text found {count} times in {path}; include more context"
+        )
+    if count == 0:
+        closest = closest_lines(text, old)
+        shown = f"; the closest lines in the file:\n{closest}" if closest else ""
+        raise ToolError(f"edit_file: 'old' text not found in {path}{shown}")
     sandbox.write_file(path, text.replace(old, new, 1))
     return ToolOutcome(f"edited {path}", error=False)
+
+
+def closest_lines(text: str, old: str, cutoff: float = 0.6) -> str:
+    """The lines of `text` that `old` most likely meant, numbered as read_file shows them:
+    as many as `old` has, from the line most like its first one; "" if no line is at least
+    `cutoff` alike (difflib's ratio, indentation ignored)."""
+    lines = text.splitlines()
+    wanted = old.splitlines() or [old]
+    matcher = difflib.SequenceMatcher(b=wanted[0].strip())
+    best, best_ratio = -1, cutoff
+    for i, line in enumerate(lines):
+        matcher.set_seq1(line.strip())
+        # the cheap upper bounds first, as difflib.get_close_matches does
+        if matcher.real_quick_ratio() >= best_ratio and matcher.quick_ratio() >= best_ratio:
+            ratio = matcher.ratio()
+            if ratio > best_ratio or (best < 0 and ratio >= best_ratio):
+                best, best_ratio = i, ratio
+    if best < 0:
+        return ""
+    return "\n".join(
+        f"{n + 1}: {lines[n]}" for n in range(best, min(best + len(wanted), len(lines)))
+    )
 
 
 def _grep(sandbox: Sandbox, args: _Args, limits: HarnessSection) -> ToolOutcome:

@@ -84,16 +84,33 @@ class _Job:
     copy: RenamedCopy | None = None  # its repository is written just before the episode
 
 
-def _verdict(job: _Job, trajectory: Trajectory, problems: list[str]) -> tuple[Demo | None, str]:
+def _unlearned(ids: list[int], mask: list[int], replies: list[list[int]]) -> list[int]:
+    """`mask` with each of `replies` (expert replies not to learn from) set to 0 where it
+    occurs among the learned tokens of `ids`."""
+    mask = list(mask)
+    for reply in replies:
+        starts = (i for i in range(len(ids)) if ids[i : i + len(reply)] == reply and mask[i])
+        start = next(starts, None)
+        if start is None:
+            raise ValueError("an unlearned reply is not among the episode's replies")
+        mask[start : start + len(reply)] = [0] * len(reply)
+    return mask
+
+
+def _verdict(job: _Job, trajectory: Trajectory, expert: Expert) -> tuple[Demo | None, str]:
     """The demo of a finished expert episode, or why it is not one."""
+    problems = expert.problems[job.task.instance_id]
     if problems:
         return None, "; ".join(problems)
-    if trajectory.finish_reason != "finish" or trajectory.tool_errors:
+    slips = PLANS[job.plan].count("slip")  # each one is an edit the tool must refuse
+    if trajectory.finish_reason != "finish" or trajectory.tool_errors != slips:
         return None, f"ended by {trajectory.finish_reason}, {trajectory.tool_errors} tool errors"
     if job.graded and trajectory.reward != 1.0:
         return None, f"verifier: reward {trajectory.reward:g}, flags {trajectory.flags}"
     (segment,) = trajectory.segments
-    return Demo(job.task.instance_id, job.plan, segment.token_ids, segment.loss_mask), ""
+    replies = expert.unlearned[job.task.instance_id]
+    mask = _unlearned(segment.token_ids, segment.loss_mask, replies)
+    return Demo(job.task.instance_id, job.plan, segment.token_ids, mask), ""
 
 
 def _jobs(
@@ -143,7 +160,7 @@ async def _run_plan(
                 if job.copy is not None:
                     await asyncio.to_thread(shutil.rmtree, job.task.repo)
         advance()
-        return _verdict(job, trajectory, expert.problems[job.task.instance_id])
+        return _verdict(job, trajectory, expert)
 
     verdicts = await asyncio.gather(*(run(job) for job in jobs))
     return {job.name: verdict for job, verdict in zip(jobs, verdicts, strict=True)}

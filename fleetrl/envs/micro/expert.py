@@ -19,7 +19,13 @@ differ, or it could not tell them apart). `problems[instance_id]` lists everythi
 went differently than a correct fix would go (an edit refused, a wrong value printed); an
 episode with problems is no demonstration.
 
-Not covered: mistakes and recovery (the expert makes none); patches touching more than one
+One plan shows a recovery: `slip` first sends an edit whose `old` mis-copies the line (a
+number, quoted letter or name off by one character, the way a small model mis-copies what
+it read), gets it refused with the file's closest lines, then sends the correct edit. The
+slipped reply is listed in `unlearned` so that training masks it: a model should learn the
+retry, not the slip.
+
+Not covered: recovery from a wrong fix that was applied; patches touching more than one
 file or hunk (micro patches are one single-line change or insertion); prompts whose user
 turn is not the bare problem statement (a harness `task_template` that wraps it).
 """
@@ -27,7 +33,9 @@ turn is not the bare problem statement (a harness `task_template` that wraps it)
 from __future__ import annotations
 
 import ast
+import random
 import re
+import string
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,7 +49,9 @@ PLANS: dict[str, tuple[str, ...]] = {
     "fix": ("read", "edit", "check", "finish"),
     "look_first": ("list", "read", "edit", "check", "finish"),
     "reproduce": ("read", "check", "edit", "check", "finish"),
+    "slip": ("read", "slip", "edit", "check", "finish"),
 }
+REFUSED = "error: edit_file: 'old' text not found"  # how a refused edit's result begins
 _RESPONSE = re.compile(r"<tool_response>\n(.*?)\n</tool_response>", re.DOTALL)
 _USER_TURN = re.compile(re.escape(f"{IM_START}user\n") + "(.*?)" + re.escape(IM_END), re.DOTALL)
 
@@ -105,6 +115,29 @@ def shortest_edit(lines: list[str], change: GoldChange) -> tuple[str, str]:
     raise ValueError(f"{change.path}: no unique text around the change")
 
 
+def slipped(old: str, text: str, rng: random.Random) -> str:
+    """`old` with one mis-copied token, no longer found in the file `text`: a number one
+    off, else a quoted letter one off, else a name with its last letter changed.
+
+    ValueError if no such change leaves `old` absent from the file.
+    """
+    for pattern in (r"\b\d+\b", r"'[a-z]'", r"\b[a-z_]\w*\b"):
+        matches = list(re.finditer(pattern, old))
+        rng.shuffle(matches)
+        for match in matches:
+            token = match[0]
+            if token.isdigit():
+                wrong = str(int(token) + rng.choice([-1, 1]) if token != "0" else 1)
+            else:
+                at = -2 if token.startswith("'") else -1
+                others = [c for c in string.ascii_lowercase if c != token[at]]
+                wrong = token[:at] + rng.choice(others) + token[len(token) + at + 1 :]
+            candidate = old[: match.start()] + wrong + old[match.end() :]
+            if candidate not in text:
+                return candidate
+    raise ValueError("no mis-copy of the edit's text is absent from the file")
+
+
 def _file_lines(read_output: str) -> list[str]:
     """The file's lines from read_file's numbered output (`N: line`)."""
     return [line.split(": ", 1)[1] if ": " in line else "" for line in read_output.split("\n")]
@@ -128,6 +161,7 @@ class Expert:
         self.plan = PLANS[plan]
         self.tokenizer = tokenizer
         self.problems: dict[str, list[str]] = {task.instance_id: [] for task in tasks}
+        self.unlearned: dict[str, list[list[int]]] = {task.instance_id: [] for task in tasks}
         self._solutions: dict[str, _Solution] = {}
         for task in tasks:
             other = self._solutions.get(task.problem_statement)
@@ -155,6 +189,8 @@ class Expert:
         done = steps[:turn]
         if done and done[-1] == "edit" and not results[-1].startswith("edited "):
             problems.append(f"edit refused: {results[-1]}")
+        if done and done[-1] == "slip" and not results[-1].startswith(REFUSED):
+            problems.append(f"slip not refused: {results[-1]}")
         if done and done[-1] == "check" and "edit" in done:
             shown = f"exit code: 0\n{solution.example.expected}"
             if results[-1] != shown:
@@ -165,9 +201,12 @@ class Expert:
             call = ToolCall("list_dir", {})
         elif step == "read":
             call = ToolCall("read_file", {"path": path})
-        elif step == "edit":
+        elif step in ("edit", "slip"):
             lines = _file_lines(results[steps.index("read")])
             old, new = shortest_edit(lines, solution.change)
+            if step == "slip":
+                rng = random.Random(f"slip-{solution.task_id}")
+                old = slipped(old, "\n".join(lines), rng)
             call = ToolCall("edit_file", {"path": path, "old": old, "new": new})
         elif step == "check":
             call = ToolCall("run", {"command": check_command(solution.example)})
@@ -187,6 +226,8 @@ class Expert:
             problems.append(str(err))
             message = Message("assistant", "", [ToolCall("finish", {})])
         ids = self.tokenizer.encode(format_reply(message) + IM_END)
+        if self.plan[turn : turn + 1] == ("slip",) and not problems:
+            self.unlearned[solution.task_id].append(ids)
         if len(ids) > params.max_tokens:
             problems.append(f"reply of {len(ids)} tokens exceeds the budget")
             ids = ids[: params.max_tokens]

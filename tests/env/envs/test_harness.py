@@ -165,6 +165,28 @@ def test_model_mistakes_are_shown_counted_and_survived(repo):
         assert shown in last_prompt
 
 
+def test_a_refused_edit_shows_the_line_it_most_likely_meant(repo):
+    """A mis-copied `old` is refused with the file's closest lines, numbered like read_file,
+    so the policy can copy them; `old` like nothing in the file gets the bare refusal."""
+    replies = [
+        call("edit_file", path="calc.py", old="return a - c", new="return a + b"),
+        call("edit_file", path="calc.py", old="import numpy", new="x"),
+        call("finish"),
+    ]
+    with open_sandbox(repo) as sandbox:
+        episode = run(
+            run_episode(
+                ScriptedPolicy(replies), TOKENIZER, sandbox, make_task(repo), HARNESS, SAMPLING
+            )
+        )
+    mis_copied, unlike = episode.tool_log[0], episode.tool_log[1]
+    assert mis_copied.error and mis_copied.output == (
+        "error: edit_file: 'old' text not found in calc.py; the closest lines in the file:\n"
+        "2:     return a - b"
+    )
+    assert unlike.error and unlike.output == "error: edit_file: 'old' text not found in calc.py"
+
+
 def test_budgets_end_episodes(repo):
     with open_sandbox(repo) as sandbox:
         no_call = run(

@@ -50,10 +50,10 @@ def generated():
 
 def test_generated_demos_are_all_kept_with_every_plan(generated):
     demos, stats = generated
-    assert (stats.episodes, stats.kept, stats.dropped) == (4 * 3 + 4 * 2, 4 * 3 + 4 * 2, {})
-    assert stats.graded == 4 * 3
+    assert (stats.episodes, stats.kept, stats.dropped) == (4 * 4 + 4 * 2, 4 * 4 + 4 * 2, {})
+    assert stats.graded == 4 * 4
     assert {d.plan for d in demos} == set(PLANS)
-    assert [d.task_id for d in demos[:3]] == ["micro-train-0000"] * 3  # task order, then copies
+    assert [d.task_id for d in demos[:4]] == ["micro-train-0000"] * 4  # task order, then copies
     copies = [d for d in demos if d.task_id.count("-") == 3]  # micro-train-0000-<name>
     assert len(copies) == 8 and len({d.task_id for d in copies}) == 8
     assert 250 < stats.mean_tokens < HARNESS.max_context
@@ -61,9 +61,22 @@ def test_generated_demos_are_all_kept_with_every_plan(generated):
 
 
 def test_demos_are_the_tokens_pinned_before_the_move():
-    demos, stats = generate_demos(sample_tasks(3), TOKENIZER, HARNESS, ROLLOUT, copies=1)
+    plans = ["fix", "look_first", "reproduce"]  # the plans there were then
+    demos, stats = generate_demos(sample_tasks(3), TOKENIZER, HARNESS, ROLLOUT, plans, copies=1)
     assert stats.kept == 12
     assert digest(demos) == DEMOS_DIGEST
+
+
+def test_a_slip_is_refused_then_fixed_and_only_the_retry_is_learned(generated):
+    demos, _ = generated
+    for demo in (d for d in demos if d.plan == "slip"):
+        pieces = runs(demo)
+        learned = TOKENIZER.decode([t for masked, ids in pieces if masked for t in ids])
+        unlearned = TOKENIZER.decode([t for masked, ids in pieces if not masked for t in ids])
+        slip = re.search(r'"old": "(.*?)", "new"', unlearned)[1]
+        (retry,) = re.findall(r'"name": "edit_file", "arguments": .*?"old": "(.*?)"', learned)
+        assert slip != retry and "text not found" in unlearned
+        assert "the closest lines in the file:" in unlearned
 
 
 def test_a_wrong_fix_is_dropped_with_its_reason():
@@ -83,6 +96,12 @@ def test_tasks_the_expert_cannot_tell_apart_are_dropped_not_run():
     assert stats.dropped == {
         "micro-train-0007-twin/fix": "same problem statement as micro-train-0007/fix"
     }
+
+
+SHOWN = re.compile(
+    r"<tool_response>\n(.*?)\n</tool_response>|assistant\n(<tool_call>.*?</tool_call>)<\|im_end\|>",
+    re.S,
+)
 
 
 def runs(demo):
@@ -118,10 +137,16 @@ def test_demo_tokens_are_valid_tool_calls_and_the_harness_rendering(generated):
                 assert reply.errors == [] and len(reply.tool_calls) == 1 and not reply.content
                 names.append(reply.tool_calls[0].name)
                 conversation.append(Message("assistant", "", reply.tool_calls))
-            else:
-                (result,) = re.findall(r"<tool_response>\n(.*)\n</tool_response>", text, re.S)
-                conversation.append(Message("tool", result))
+            else:  # tool results, and any expert reply not to learn from (a slip)
+                for result, unlearned in SHOWN.findall(text):
+                    if unlearned:
+                        (slip,) = parse_reply(unlearned).tool_calls
+                        names.append(slip.name)
+                        conversation.append(Message("assistant", "", [slip]))
+                    else:
+                        conversation.append(Message("tool", result))
         steps = {"list": "list_dir", "read": "read_file", "edit": "edit_file", "check": "run"}
+        steps["slip"] = "edit_file"
         assert names == [steps.get(step, step) for step in PLANS[demo.plan]]
         rendered = encode_chat(TOKENIZER, conversation, add_generation_prompt=False)
         assert rendered == demo.token_ids + TOKENIZER.encode("\n")

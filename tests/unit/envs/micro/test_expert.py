@@ -2,6 +2,7 @@
 its task from the prompt (its episodes under the real verifier: tests/env/envs/micro)."""
 
 import asyncio
+import random
 from dataclasses import replace
 
 import pytest
@@ -13,6 +14,7 @@ from fleetrl.envs.micro.expert import (
     check_command,
     parse_example,
     shortest_edit,
+    slipped,
 )
 from fleetrl.envs.micro.gold import gold_change
 from fleetrl.envs.suites import load_tasks
@@ -74,3 +76,15 @@ def test_the_expert_knows_its_tasks_by_their_statements():
     first = asyncio.run(expert.generate(prompt, SamplingParams()))
     assert '"read_file"' in TOKENIZER.decode(first.token_ids)
     assert expert.problems == {task.instance_id: []}
+
+
+def test_a_slip_mis_copies_one_token_and_is_never_in_the_file():
+    text = "def f(a):\n    for j in range(3, a):\n        x = 'q'\n    return x"
+    number = slipped("for j in range(3, a):", text, random.Random(0))
+    assert number in ("for j in range(2, a):", "for j in range(4, a):")
+    letter = slipped("x = 'q'", text, random.Random(0))
+    assert letter.startswith("x = '") and letter != "x = 'q'" and len(letter) == len("x = 'q'")
+    name = slipped("return x", "return x\nreturn y", random.Random(1))
+    assert name not in "return x\nreturn y" and len(name) == len("return x")
+    with pytest.raises(ValueError, match="no mis-copy"):
+        slipped("", "anything", random.Random(0))
