@@ -10,7 +10,6 @@ a refused edit with any other mismatch; no edit at all. Prints a JSON count per 
 """
 
 import argparse
-import asyncio
 import difflib
 import json
 import re
@@ -23,8 +22,9 @@ from fleetrl.config import load_config
 from fleetrl.envs.micro.suite import materialise
 from fleetrl.model.chat import parse_reply
 from fleetrl.model.checkpoint import resolve_checkpoint
+from fleetrl.model.tokenizer import Tokenizer
 from fleetrl.rollout import evaluate
-from fleetrl.types import SamplingParams, Task, Trajectory
+from fleetrl.types import Task, Trajectory
 
 
 def edit_olds(trajectory: Trajectory, decode: Callable[[list[int]], str]) -> list[str]:
@@ -73,19 +73,10 @@ def main() -> None:
     args = parser.parse_args()
     config = load_config(None)
     tasks = evaluate.split_tasks(config, args.split)
-    kinds: Counter[str] = Counter()
-
-    # evaluate._in_session is the evaluator's own engine set-up (one checkpoint, one engine).
-    async def work(session) -> None:
-        session.rollouts.sampling = SamplingParams(temperature=args.temperature)
-        decode = session.rollouts.tokenizer.decode
-
-        async def one(task: Task) -> None:
-            kinds[kind_of(task, await session.rollouts.run_one(task), decode)] += 1
-
-        await asyncio.gather(*map(one, tasks))
-
-    evaluate._in_session(resolve_checkpoint(args.checkpoint), config, work, progress=False)
+    checkpoint = resolve_checkpoint(args.checkpoint)
+    trajectories = evaluate.episodes_of(checkpoint, config, tasks, args.temperature)
+    decode = Tokenizer.from_pretrained(checkpoint).decode
+    kinds = Counter(kind_of(t, e, decode) for t, e in zip(tasks, trajectories, strict=True))
     print(json.dumps(dict(kinds.most_common()), indent=1))
 
 

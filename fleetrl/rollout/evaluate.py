@@ -337,6 +337,19 @@ def evaluate_at(
     return _in_session(checkpoint, config, work, progress is not None)
 
 
+def episodes_of(
+    checkpoint: Path, config: RunConfig, tasks: list[Task], temperature: float
+) -> list[Trajectory]:
+    """One episode of the checkpoint per task at `temperature`, in task order: for looking
+    at what a model does, not only at how often it passes."""
+
+    async def work(session: _Session) -> list[Trajectory]:
+        session.rollouts.sampling = SamplingParams(temperature=temperature)
+        return list(await asyncio.gather(*map(session.rollouts.run_one, tasks)))
+
+    return _in_session(checkpoint, config, work, progress=False)
+
+
 def choose_temperature(
     checkpoint: Path, config: RunConfig, progress: str | None = None
 ) -> tuple[float, dict[float, EvalResult]]:

@@ -9,11 +9,12 @@ import pytest
 from typer.testing import CliRunner
 
 from fleetrl.cli import app
-from fleetrl.config import HarnessSection, RolloutSection
+from fleetrl.config import HarnessSection, RolloutSection, load_config
 from fleetrl.envs.suites import get_task
 from fleetrl.model.chat import Message, ToolCall, format_reply
+from fleetrl.model.checkpoint import resolve_checkpoint
 from fleetrl.model.tokenizer import bundled_tokenizer
-from fleetrl.rollout.evaluate import _Run, _Session, evaluate_policy
+from fleetrl.rollout.evaluate import _Run, _Session, episodes_of, evaluate_policy
 from fleetrl.rollout.worker import Rollouts
 from fleetrl.types import Completion, SamplingParams
 
@@ -89,3 +90,12 @@ def test_fleetrl_eval_best_temperature_end_to_end():
         assert 0.0 <= doc[key] <= 1.0, key
     assert doc["ci_low"] <= doc["pass_at_1"] <= doc["ci_high"]
     assert doc["greedy_ci"][0] <= doc["greedy"] <= doc["greedy_ci"][1]
+
+
+def test_episodes_of_a_checkpoint_come_one_per_task_in_task_order():
+    config = load_config(None)
+    config.eval.max_concurrent = 2
+    tasks = [get_task("micro-heldout-0001"), get_task(TASK)]
+    episodes = episodes_of(resolve_checkpoint("base"), config, tasks, temperature=0.0)
+    assert [e.task_id for e in episodes] == [t.instance_id for t in tasks]
+    assert all(e.finish_reason and e.reward in (0.0, 1.0) for e in episodes)
