@@ -251,6 +251,10 @@ class SftSection(_Section):
     """Start from this checkpoint (and its tokenizer) instead of a fresh model."""
     copies: int = Field(16, ge=0)
     """Renamed copies per task demonstrated on top of the originals (fresh names)."""
+    plans: list[str] = ["fix", "look_first", "reproduce"]
+    """The scripted expert's plans demonstrated (keys of fleetrl.envs.micro.expert.PLANS);
+    "slip" (a refused edit, then the retry) is left out by default: see docs/benchmarks.md,
+    "Demonstrated recovery"."""
     max_tasks: int = Field(0, ge=0)
     """Demonstrate only the first N training tasks, and validate on the first N
     validation tasks (0: all)."""

@@ -71,8 +71,8 @@ def sft_curve(state: dict[str, Any]) -> dict[str, Any]:
 def sft_more_overrides(state: dict[str, Any], base: Path, seconds: float) -> dict[str, Any]:
     """The `sft` settings of SFT continued from `base` for `seconds` of training.
 
-    Same demonstrations and batch as the base's run (its recorded `batch_size` and
-    `copies`; the run configuration's where its sft.json predates them), at the learning
+    Same demonstrations and batch as the base's run (its recorded `batch_size`, `copies`
+    and `plans`; the run configuration's where its sft.json predates them), at the learning
     rate the base's cosine ended at (`lr x min_lr_ratio`), held constant without warmup,
     and without validation losses (nothing stops it but the time)."""
     recorded = state["config"]
@@ -86,7 +86,7 @@ def sft_more_overrides(state: dict[str, Any], base: Path, seconds: float) -> dic
         "val_every": 0,
         "patience": 0,
         "save_every": 0,
-    } | {key: recorded[key] for key in ("batch_size", "copies") if key in recorded}
+    } | {key: recorded[key] for key in ("batch_size", "copies", "plans") if key in recorded}
 
 
 def check_splits(config: RunConfig) -> None:

@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from fleetrl.config import RunConfig
+from fleetrl.envs.micro.expert import PLANS
 from fleetrl.envs.records import TaskError
 from fleetrl.envs.sandbox import SandboxError
 from fleetrl.envs.suites import load_tasks
@@ -83,6 +84,9 @@ def run_sft(
     """Make (or load from the cache) the demonstrations, fine-tune, write `out`; the
     progress lines go to `echo`."""
     sft = config.sft
+    unknown = [plan for plan in sft.plans if plan not in PLANS]
+    if unknown or not sft.plans:
+        raise SftError(f"sft.plans {sft.plans}: choose one or more of {', '.join(PLANS)}")
     torch.set_num_threads(sft.threads)
     model, tokenizer = _model(config)
     tasks = _tasks(config, config.tasks.split)
@@ -99,6 +103,7 @@ def run_sft(
             tokenizer,
             config.harness,
             config.rollout,
+            plans=sft.plans,
             copies=sft.copies,
             cache=cache,
             progress=progress,
@@ -109,6 +114,7 @@ def run_sft(
                 tokenizer,
                 config.harness,
                 config.rollout,
+                plans=sft.plans,
                 copies=0,
                 cache=cache,
                 progress=progress,

@@ -17,6 +17,7 @@ runner = CliRunner()
         (["--hidden", "60"], "sft.hidden"),
         (["--set", "sft.layers=0"], "sft.layers"),
         (["--init", "nowhere"], "not a checkpoint directory"),
+        (["--set", 'sft.plans=["fix", "improvise"]'], "choose one or more of fix, look_first"),
     ],
 )
 def test_sft_refuses_bad_options_cleanly(tmp_path, args, message):
