@@ -19,13 +19,15 @@ TOKENIZER = bundled_tokenizer()
 
 @pytest.fixture(scope="module")
 def demos():
-    """The expert's demonstrations of 7 training tasks (3 plans each), through the rollout
-    worker: sandboxes and the verifier. Only this module trains on them."""
+    """The expert's demonstrations of 7 training tasks (by each plan `fleetrl sft` uses by
+    default), through the rollout worker: sandboxes and the verifier. Only this module
+    trains on them."""
     tasks = load_tasks(suite="micro", split="train")[:7]
+    plans = SftSection().plans
     demos, stats = generate_demos(
-        tasks, TOKENIZER, HarnessSection(), RolloutSection(), progress=False
+        tasks, TOKENIZER, HarnessSection(), RolloutSection(), plans, progress=False
     )
-    assert stats.kept == 21
+    assert stats.kept == 7 * len(plans) == 21
     return demos
 
 
