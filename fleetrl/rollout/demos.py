@@ -203,15 +203,15 @@ def generate_demos(
     tokenizer: Tokenizer,
     harness: HarnessSection,
     rollout: RolloutSection,
-    plans: list[str] | None = None,
+    plans: list[str],
     copies: int = 0,
     concurrency: int = 4,
     progress: bool = True,
 ) -> tuple[list[Demo], DemoStats]:
-    """Demonstrations of `tasks`, in task order: one per task and plan (all plans by
-    default), graded by the verifier, then `copies` renamed copies per task (each by the
-    next plan in turn), checked by the expert. Sandboxes and grading follow `rollout`."""
-    plans = plans or list(PLANS)
+    """Demonstrations of `tasks`, in task order: one per task and plan (keys of PLANS;
+    `fleetrl sft` passes `sft.plans`), graded by the verifier, then `copies` renamed
+    copies per task (each by the next plan in turn), checked by the expert. Sandboxes and
+    grading follow `rollout`."""
     start = time.monotonic()
     outcomes = asyncio.run(
         _demonstrate(tasks, tokenizer, harness, rollout, plans, copies, concurrency, progress)
@@ -257,14 +257,13 @@ def load_or_generate_demos(
     tokenizer: Tokenizer,
     harness: HarnessSection,
     rollout: RolloutSection,
-    plans: list[str] | None = None,
+    plans: list[str],
     copies: int = 0,
     cache: Path | None = None,
     progress: bool = True,
 ) -> tuple[list[Demo], DemoStats]:
     """`generate_demos`, cached under `cache` (default: the fleetrl cache dir) by
     `demos_key`, so reruns skip it and any change that could change a token misses."""
-    plans = plans or list(PLANS)
     folder = cache or cache_dir() / "demos"
     path = folder / f"demos-{demos_key(tasks, tokenizer, harness, plans, copies)}.json.gz"
     if path.is_file():

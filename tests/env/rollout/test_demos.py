@@ -45,7 +45,9 @@ def digest(demos: list[Demo]) -> str:
 
 @pytest.fixture(scope="module")
 def generated():
-    return generate_demos(sample_tasks(4), TOKENIZER, HARNESS, ROLLOUT, copies=2, progress=False)
+    return generate_demos(
+        sample_tasks(4), TOKENIZER, HARNESS, ROLLOUT, list(PLANS), copies=2, progress=False
+    )
 
 
 def test_generated_demos_are_all_kept_with_every_plan(generated):
