@@ -201,13 +201,17 @@ def closest_lines(text: str, old: str, cutoff: float = 0.6) -> str:
     lines = text.splitlines()
     wanted = old.splitlines() or [old]
     matcher = difflib.SequenceMatcher(b=wanted[0].strip())
-    best, best_ratio = -1, cutoff
+    best, best_ratio = -1, -1.0  # the first line of the highest ratio wins
+
+    def beats(ratio: float) -> bool:
+        return ratio >= cutoff and ratio > best_ratio
+
     for i, line in enumerate(lines):
         matcher.set_seq1(line.strip())
         # the cheap upper bounds first, as difflib.get_close_matches does
-        if matcher.real_quick_ratio() >= best_ratio and matcher.quick_ratio() >= best_ratio:
+        if beats(matcher.real_quick_ratio()) and beats(matcher.quick_ratio()):
             ratio = matcher.ratio()
-            if ratio > best_ratio or (best < 0 and ratio >= best_ratio):
+            if beats(ratio):
                 best, best_ratio = i, ratio
     if best < 0:
         return ""
