@@ -6,7 +6,9 @@ into a kind by its edit_file calls (the first one the tool refused, if any).
 Kinds: passed; passed after a refused edit (recovery); an edit applied but the fix is
 wrong; a refused edit whose `old` text is the file's line with a different constant
 (a number or a quoted letter: the model wrote the one it knows, not the one it read);
-a refused edit with any other mismatch; no edit at all. Prints a JSON count per kind.
+a refused edit with any other mismatch; no edit at all. Prints a JSON count per kind,
+and the tasks passed among those whose fix line holds a template constant (a number or
+letter the suite draws per split, which the model must copy from the file) and the rest.
 """
 
 import argparse
@@ -19,7 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from fleetrl.config import load_config
-from fleetrl.envs.micro.suite import materialise
+from fleetrl.envs.micro.gold import gold_change
+from fleetrl.envs.micro.suite import constants_of, materialise
 from fleetrl.model.chat import parse_reply
 from fleetrl.model.checkpoint import resolve_checkpoint
 from fleetrl.model.tokenizer import Tokenizer
@@ -41,6 +44,19 @@ def edit_olds(trajectory: Trajectory, decode: Callable[[list[int]], str]) -> lis
 def constants_blanked(line: str) -> str:
     """The line with every integer and every quoted single letter replaced by a marker."""
     return re.sub(r"'[a-z]'", "'L'", re.sub(r"\b\d+\b", "N", line.strip()))
+
+
+def fix_holds_constant(task: Task) -> bool:
+    """Whether a line the gold fix replaces or writes holds one of the task's template
+    constants: an integer as a whole number, a letter inside a quoted string."""
+    change = gold_change(task.patch)
+    text = "\n".join(change.old + change.new)
+    for value in constants_of(task).values():
+        if isinstance(value, int) and re.search(rf"(?<![\w.]){value}(?!\w)", text):
+            return True
+        if isinstance(value, str) and re.search(rf"'[a-z]*[{value}][a-z]*'", text):
+            return True
+    return False
 
 
 def kind_of(task: Task, trajectory: Trajectory, decode: Callable[[list[int]], str]) -> str:
@@ -76,8 +92,15 @@ def main() -> None:
     checkpoint = resolve_checkpoint(args.checkpoint)
     trajectories = evaluate.episodes_of(checkpoint, config, tasks, args.temperature)
     decode = Tokenizer.from_pretrained(checkpoint).decode
-    kinds = Counter(kind_of(t, e, decode) for t, e in zip(tasks, trajectories, strict=True))
-    print(json.dumps(dict(kinds.most_common()), indent=1))
+    pairs = list(zip(tasks, trajectories, strict=True))
+    kinds = Counter(kind_of(t, e, decode) for t, e in pairs)
+    by_line: dict[str, list[int]] = {"holds a template constant": [0, 0], "no constant": [0, 0]}
+    for task, episode in pairs:
+        tally = by_line["holds a template constant" if fix_holds_constant(task) else "no constant"]
+        tally[0] += int(episode.reward >= 1)
+        tally[1] += 1
+    passed = {line: f"{won} of {total}" for line, (won, total) in by_line.items()}
+    print(json.dumps({"kinds": dict(kinds.most_common()), "passed, by fix line": passed}, indent=1))
 
 
 if __name__ == "__main__":

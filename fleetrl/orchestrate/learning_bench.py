@@ -3,6 +3,7 @@
     base checkpoint (SFT until its validation loss stopped improving; sft.json: its curves)
       ├─▶ rl:       `fleetrl train` at the run configuration (the demo's budget, no eval)
       │             ─▶ rl/final, wall time W from the processes' start to the final weights
+      │                (the regions' shutdown after them is `rl_run_s`, not W)
       └─▶ sft_more: SFT continued from the base on the same demonstrations, at the
                     learning rate the base's SFT ended at, for W seconds of training
     each of base, rl, sft_more: its temperature chosen on `eval.val_split`, then `heldout`
@@ -87,6 +88,12 @@ def sft_more_overrides(state: dict[str, Any], base: Path, seconds: float) -> dic
         "patience": 0,
         "save_every": 0,
     } | {key: recorded[key] for key in ("batch_size", "copies", "plans") if key in recorded}
+
+
+def final_weights_time(final: Path) -> float:
+    """When the trainer finished writing the final weights (epoch seconds): the end of
+    RL's wall time W, which leaves out the regions' shutdown after it."""
+    return max(file.stat().st_mtime for file in final.glob("*.safetensors"))
 
 
 def check_splits(config: RunConfig) -> None:
@@ -191,9 +198,10 @@ def run_learning_bench(
         config,
         {"name": f"{run_dir.name}-rl", "model": {"path": str(base)}, "eval": {"enabled": False}},
     )
-    start = time.monotonic()
+    start = time.time()
     run_local(rl_config, run_dir / "rl", progress=progress)
-    rl_wall_s = time.monotonic() - start
+    rl_run_s = time.time() - start
+    rl_wall_s = final_weights_time(run_dir / "rl" / "final") - start
 
     say(f"sft_more: SFT continued from {base} for {rl_wall_s:.0f} s, RL's wall time")
     sft_config = with_overrides(config, {"sft": sft_more_overrides(state, base, rl_wall_s)})
@@ -210,6 +218,7 @@ def run_learning_bench(
     document["budget"] = {
         "rl_steps": config.trainer.steps,
         "rl_wall_s": rl_wall_s,
+        "rl_run_s": rl_run_s,
         "sft_more_wall_s": sft.duration_s,
         "sft_more_steps": sft.steps,
         "sft_more_lr": sft_config.sft.lr,

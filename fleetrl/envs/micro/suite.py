@@ -259,6 +259,12 @@ def _spec_by_id() -> dict[str, _Spec]:
     return {spec.instance_id: spec for spec in _specs()}
 
 
+def constants_of(task: Task) -> dict[str, int | str]:
+    """The template constants (integers and letters) a micro task was drawn with, by field:
+    the symbols that tell an evaluation task's instances from train's."""
+    return dict(_spec_by_id()[task.instance_id].constants)
+
+
 def suite_root() -> Path:
     """The folder this version's task repositories are written under."""
     return cache_dir() / "suites" / "micro" / MICRO_VERSION

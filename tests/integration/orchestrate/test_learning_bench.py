@@ -135,6 +135,7 @@ def test_bench_learning_runs_rl_and_sft_more_for_the_same_wall_time(tmp_path, ti
     assert budget["sft_more_steps"] > 0
     # SFT-more stops at the first step past RL's wall time: one tiny step is well under 5 s.
     assert budget["rl_wall_s"] <= budget["sft_more_wall_s"] <= budget["rl_wall_s"] + 5.0
+    assert 0 < budget["rl_wall_s"] < budget["rl_run_s"]  # W ends at the final weights
     assert budget["sft_more_batch_size"] == TINY_SFT["batch_size"]
     assert figures["sft_curve"]["val_losses"][0][0] == 0  # the base's validation curve
     assert len(figures["sft_curve"]["losses"]) >= 1

@@ -61,7 +61,7 @@ def test_train_and_heldout_are_those_of_v1(suite: list[Task]) -> None:
     assert _digest([t for t in suite if t.split in ("train", "heldout")]) == V1_DIGEST
 
 
-def test_splits_share_no_function_constant_letter_or_unseen_template() -> None:
+def test_splits_share_no_function_constant_letter_or_unseen_template(suite: list[Task]) -> None:
     specs = micro._specs()
     by_split = {s: [x for x in specs if x.split == s] for s in micro.SPLIT_SIZES}
     functions = {s: {x.function for x in by_split[s]} for s in by_split}
@@ -72,10 +72,12 @@ def test_splits_share_no_function_constant_letter_or_unseen_template() -> None:
     unseen = {t.name for t in UNSEEN_TEMPLATES}
     assert {x.template for x in by_split["heldout-templates"]} == unseen
     assert not unseen & {x.template for x in specs if x.split != "heldout-templates"}
-    for spec in specs:
-        side = micro.constants_side(spec.split)
-        assert side == ("train" if spec.split == "train" else "heldout")
-        for _, value in spec.constants:
+    for task in suite:
+        side = micro.constants_side(task.split)
+        assert side == ("train" if task.split == "train" else "heldout")
+        constants = micro.constants_of(task)
+        assert not any(field.endswith("_next") for field in constants)
+        for value in constants.values():
             if isinstance(value, int):
                 assert micro.split_of_int(value) == side
             else:  # one letter, or the three letters of `{cs}`
