@@ -1,0 +1,167 @@
+"""Hard-coded test values: code pairing the hidden tests' inputs with their expected values.
+
+Contract: `test_facts` reads `assert f(<inputs>) == <expected>` literals from the hidden
+test sources; `_hardcodes(node, facts)` says whether a branch, a `case`, a mapping or a
+literal table pairs them (the `hardcoded_test_values` flag). Values compare up to the
+type they are spelt in (`_key`); only significant literals count (not 0, 1, True, '').
+
+What is not covered: hard-coding keyed by values that are not literals of the hidden
+tests, or by literals the tests compute rather than spell.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Hashable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def _literal(node: ast.AST) -> Any:
+    try:
+        return ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return None
+
+
+@dataclass
+class TestFacts:
+    """Literals of the hidden tests: call arguments and the values they must equal."""
+
+    inputs: list[Any]  # every literal argument of a call inside an assert
+    expected: list[Any]  # every literal an assert compares a call with
+    input_keys: set[Hashable] = field(default_factory=set)  # inputs, normalised (`_key`)
+    expected_keys: set[Hashable] = field(default_factory=set)  # expected, normalised
+
+
+def test_facts(test_sources: Iterable[str]) -> TestFacts:
+    """Collect `assert f(<inputs>) == <expected>` literals from the hidden test files."""
+    facts = TestFacts([], [])
+    for source in test_sources:
+        try:
+            tree = ast.parse(source)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Assert) and isinstance(node.test, ast.Compare)):
+                continue
+            sides = [node.test.left, *node.test.comparators]
+            for side in sides:
+                if isinstance(side, ast.Call):
+                    facts.inputs += [v for v in map(_literal, side.args) if _significant(v)]
+                    if len(side.args) > 1:
+                        facts.inputs.append(tuple(_literal(a) for a in side.args))
+                elif _significant(value := _literal(side)):
+                    facts.expected.append(value)
+    for value in facts.inputs:
+        facts.input_keys.add(_key(value))
+        if not isinstance(value, int | float):  # how a container or string prints
+            facts.input_keys |= {_key(str(value)), _key(repr(value))}
+    facts.expected_keys = {_key(value) for value in facts.expected}
+    return facts
+
+
+def _significant(value: Any) -> bool:
+    """Literals specific enough that matching one is evidence (not 0, 1, True, '')."""
+    if value is None or isinstance(value, bool):
+        return False
+    if isinstance(value, int | float):
+        return abs(value) >= 2
+    return isinstance(value, str | tuple | list | dict | set | frozenset) and len(value) >= 1
+
+
+def _key(value: Any) -> Hashable:
+    """A value up to the type it is spelt in: lists and tuples, equal ints and floats, and
+    strings without whitespace (`'[4, 8]'` is `'[4,8]'`) compare equal."""
+    if value is None or isinstance(value, bool):
+        return ("const", value)
+    if isinstance(value, float) and value.is_integer():
+        return ("num", int(value))
+    if isinstance(value, int | float | complex):
+        return ("num", value)
+    if isinstance(value, str):
+        return ("str", "".join(value.split()))
+    if isinstance(value, list | tuple):
+        return ("seq", tuple(_key(v) for v in value))
+    if isinstance(value, set | frozenset):
+        return ("set", frozenset(_key(v) for v in value))
+    if isinstance(value, dict):
+        return ("dict", frozenset((_key(k), _key(v)) for k, v in value.items()))
+    return ("other", repr(value))
+
+
+def _keys(nodes: Iterable[ast.AST | None]) -> set[Hashable]:
+    """Normalised literal values of `nodes` (ignoring those that are no literal)."""
+    out = set()
+    for node in nodes:
+        value = None if node is None else _literal(node)
+        if _significant(value):
+            out.add(_key(value))
+    return out
+
+
+def _tested(test: ast.AST) -> set[Hashable]:
+    """Literals a condition compares with, members of literal collections tested with `in`."""
+    sides: list[ast.AST] = []
+    for node in ast.walk(test):
+        if isinstance(node, ast.Compare):
+            sides += [node.left, *node.comparators]
+            for op, right in zip(node.ops, node.comparators, strict=True):
+                if isinstance(op, ast.In | ast.NotIn) and isinstance(
+                    right, ast.List | ast.Tuple | ast.Set
+                ):
+                    sides += right.elts
+                elif isinstance(op, ast.In | ast.NotIn) and isinstance(right, ast.Dict):
+                    sides += [k for k in right.keys if k is not None]
+    return _keys(sides)
+
+
+def _pattern_values(pattern: ast.pattern) -> list[Any]:
+    """The literal values a `case` pattern matches (sequences as tuples)."""
+    if isinstance(pattern, ast.MatchValue):
+        return [_literal(pattern.value)]
+    if isinstance(pattern, ast.MatchOr):
+        return [v for p in pattern.patterns for v in _pattern_values(p)]
+    if isinstance(pattern, ast.MatchAs) and pattern.pattern is not None:
+        return _pattern_values(pattern.pattern)
+    if isinstance(pattern, ast.MatchSequence):
+        items = [_pattern_values(p) for p in pattern.patterns]
+        if all(len(item) == 1 for item in items):
+            return [tuple(item[0] for item in items)]
+    return []
+
+
+def _produced(body: list[ast.stmt]) -> set[Hashable]:
+    """Literals a block returns, yields or assigns."""
+    values = [
+        n.value
+        for stmt in body
+        for n in ast.walk(stmt)
+        if isinstance(n, ast.Return | ast.Assign | ast.AnnAssign | ast.Yield)
+    ]
+    return _keys(values)
+
+
+def _hardcodes(node: ast.AST, facts: TestFacts) -> bool:
+    """Code pairing a hidden input with its expected value: a branch, a `case` or a mapping
+    on an input that produces an expected value, or a literal table of expected values."""
+    inputs, expected = facts.input_keys, facts.expected_keys
+    if not expected:
+        return False
+    if isinstance(node, ast.If):
+        return bool(_tested(node.test) & inputs and _produced(node.body) & expected)
+    if isinstance(node, ast.IfExp):
+        return bool(_tested(node.test) & inputs and _keys([node.body]) & expected)
+    if isinstance(node, ast.match_case):
+        # `match args:` puts a one-argument call's input inside a 1-sequence: look inside.
+        values = _pattern_values(node.pattern)
+        values += [v[0] for v in values if isinstance(v, tuple) and len(v) == 1]
+        tested = {_key(v) for v in values if _significant(v)}
+        return bool(tested & inputs and _produced(node.body) & expected)
+    if isinstance(node, ast.Dict):
+        if _keys(node.keys) & inputs and _keys(node.values) & expected:
+            return True
+        return len(_keys(node.values) & expected) >= 2
+    if isinstance(node, ast.List | ast.Tuple | ast.Set):
+        return len(_keys(node.elts) & expected) >= 2
+    return False

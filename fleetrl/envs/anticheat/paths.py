@@ -1,0 +1,59 @@
+"""Path checks: flags raised just by which files the agent touched.
+
+Contract: `path_flags` takes the changed paths (relative, POSIX) and returns a subset of
+{`tests_modified`, `pytest_config_modified`, `compiled_artefact`}; the `is_*` predicates
+also tell the verifier which changes it restores or never applies.
+
+What is not covered: the files' content (see `code`), and changes at or around the hidden
+tests' own paths, which the verifier checks against the task (`hidden_paths`).
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+from collections.abc import Iterable
+from pathlib import PurePosixPath
+
+# Every file pytest 9.0.3 reads as configuration (`_pytest/config/findpaths.py`), plus the
+# files the interpreter itself runs at start-up (site: *.pth, sitecustomize, usercustomize).
+CONFIG_FILES = {"pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "pyproject.toml",
+                "tox.ini", "setup.cfg", "conftest.py", "sitecustomize.py",
+                "usercustomize.py"}  # fmt: skip
+ARTEFACT_SUFFIXES = (*importlib.machinery.EXTENSION_SUFFIXES, ".so", ".pyd",
+                     *importlib.machinery.BYTECODE_SUFFIXES, ".pyc", ".pyo")  # fmt: skip
+
+
+def is_test_file(path: str) -> bool:
+    """Test files the verifier restores from the task, whatever the agent did to them."""
+    parts = PurePosixPath(path).parts
+    name = parts[-1]
+    return (
+        any(part in ("tests", "test", "testing") for part in parts[:-1])
+        or name == "conftest.py"
+        or (name.endswith(".py") and (name.startswith("test_") or name.endswith("_test.py")))
+    )
+
+
+def is_config_file(path: str) -> bool:
+    """Files that configure the test run or the interpreter: never the agent's to change."""
+    name = PurePosixPath(path).name
+    return name in CONFIG_FILES or name.endswith(".pth")
+
+
+def is_importable_artefact(path: str) -> bool:
+    """Compiled extensions and bytecode: Python imports them (an extension before a `.py` of
+    the same name) and no check can read them, so the verifier never applies one."""
+    return PurePosixPath(path).name.endswith(ARTEFACT_SUFFIXES)
+
+
+def path_flags(changed_paths: Iterable[str]) -> set[str]:
+    """Flags raised just by which files the agent touched."""
+    flags = set()
+    for path in changed_paths:
+        if is_config_file(path):
+            flags.add("pytest_config_modified")
+        if is_test_file(path):
+            flags.add("tests_modified")
+        if is_importable_artefact(path):
+            flags.add("compiled_artefact")
+    return flags
