@@ -1,0 +1,303 @@
+"""`fleetrl bench …`: measure fleetrl's parts, each as a table or --json."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from fleetrl.cli.common import ConfigOption, SetOption, fail, print_figures, run_config
+
+bench_app = typer.Typer(help="Measure fleetrl's parts (results as a table or --json).")
+
+
+@bench_app.command("engine")
+def bench_engine(
+    requests: Annotated[int, typer.Option(help="Requests in the workload.")] = 64,
+    min_tokens: Annotated[int, typer.Option(help="Shortest max_tokens.")] = 16,
+    max_tokens: Annotated[int, typer.Option(help="Longest max_tokens.")] = 256,
+    batch_size: Annotated[int, typer.Option(help="Engine slots = transformers batch.")] = 64,
+    threads: Annotated[int, typer.Option(help="torch CPU threads.")] = 2,
+    rounds: Annotated[int, typer.Option(help="Alternating timed runs; medians reported.")] = 3,
+    seed: Annotated[int, typer.Option(help="Workload seed.")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
+) -> None:
+    """Useful tokens/s of the engine vs transformers `generate`, same weights, one run."""
+    if not 1 <= min_tokens <= max_tokens:
+        raise fail("need 1 <= --min-tokens <= --max-tokens")
+    if min(requests, batch_size, threads, rounds) < 1:
+        raise fail("--requests, --batch-size, --threads and --rounds must be >= 1")
+    from fleetrl.inference.bench import EngineBenchConfig, run_engine_bench
+
+    config = EngineBenchConfig(
+        requests=requests,
+        min_tokens=min_tokens,
+        max_tokens=max_tokens,
+        batch_size=batch_size,
+        threads=threads,
+        rounds=rounds,
+        seed=seed,
+    )
+    result = run_engine_bench(config, progress=not as_json)
+    print_figures(result, f"engine benchmark ({requests} requests, {threads} threads)", as_json)
+
+
+@bench_app.command("sandbox")
+def bench_sandbox(
+    n: Annotated[int, typer.Option(help="Sandboxes timed for p50/p99.")] = 200,
+    burst: Annotated[int, typer.Option(help="Sandboxes started at once.")] = 100,
+    max_concurrent: Annotated[int, typer.Option(help="Cap of the peak-concurrency probe.")] = 256,
+    pool_size: Annotated[int, typer.Option(help="Warm sandboxes in the pool phase.")] = 8,
+    base_dir: Annotated[
+        Path | None, typer.Option(help="Repository to sandbox (default: synthetic, 1,000 files).")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
+) -> None:
+    """Sandbox start-up latency (p50/p99), a burst of 100, peak concurrency, memory each."""
+    if min(n, burst, max_concurrent, pool_size) < 1:
+        raise fail("--n, --burst, --max-concurrent and --pool-size must be >= 1")
+    from fleetrl.envs.sandbox import SandboxError
+    from fleetrl.envs.sandbox.bench import run_sandbox_bench
+
+    try:
+        result = run_sandbox_bench(
+            n=n,
+            burst=burst,
+            max_concurrent=max_concurrent,
+            pool_size=pool_size,
+            base_dir=str(base_dir) if base_dir else None,
+            progress=not as_json,
+        )
+    except (SandboxError, FileNotFoundError, ValueError) as err:
+        raise fail(str(err)) from None
+    print_figures(result, f"sandbox benchmark ({n} sandboxes)", as_json)
+
+
+@bench_app.command("weights")
+def bench_weights(
+    steps: Annotated[int, typer.Option(help="Optimizer steps (versions) per learning rate.")] = 8,
+    lrs: Annotated[str, typer.Option(help="Comma-separated learning rates.")] = "1e-6,1e-5",
+    synthetic_params: Annotated[
+        int, typer.Option(help="Size of the synthetic state dict for throughput (0: skip).")
+    ] = 1_000_000_000,
+    zstd_level: Annotated[int, typer.Option(help="zstd level of the dense codec.")] = 3,
+    threads: Annotated[int, typer.Option(help="torch CPU threads.")] = 2,
+    decode_batch: Annotated[int, typer.Option(help="Requests decoding during the swap.")] = 8,
+    seed: Annotated[int, typer.Option(help="Seed.")] = 0,
+    from_run: Annotated[
+        str,
+        typer.Option(
+            "--from-run",
+            help="Also measure the codec on a real run's versions: a run directory "
+            "(runs/NAME) or its store URL.",
+        ),
+    ] = "",
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
+) -> None:
+    """Delta size vs the entropy floor, codec GB/s per core, engine pause on apply; with
+    --from-run, the same on the versions a run actually published."""
+    try:
+        rates = [float(x) for x in lrs.split(",") if x.strip()]
+    except ValueError:
+        raise fail(f"--lrs must be comma-separated numbers, got {lrs!r}") from None
+    if not rates or steps < 1 or synthetic_params < 0 or threads < 1 or decode_batch < 1:
+        raise fail("need --lrs, --steps >= 1, --synthetic-params >= 0, --threads >= 1")
+    from fleetrl.orchestrate.weights_bench import (
+        WeightsBenchConfig,
+        flat_figures,
+        run_weights_bench,
+    )
+
+    config = WeightsBenchConfig(
+        steps=steps,
+        lrs=rates,
+        synthetic_params=synthetic_params,
+        zstd_level=zstd_level,
+        threads=threads,
+        decode_batch=decode_batch,
+        seed=seed,
+        from_run=from_run,
+    )
+    result = run_weights_bench(config, progress=not as_json)
+    print_figures(result if as_json else flat_figures(result), "weight sync benchmark", as_json)
+
+
+@bench_app.command("pipeline")
+def bench_pipeline(
+    steps: Annotated[int, typer.Option(help="Optimizer steps per mode.")] = 8,
+    groups_per_step: Annotated[int, typer.Option(help="Groups per step (P).")] = 4,
+    group_size: Annotated[int, typer.Option(help="Samples per group (G).")] = 8,
+    max_staleness: Annotated[int, typer.Option(help="Staleness bound of the async run.")] = 2,
+    model: Annotated[
+        str | None, typer.Option(help="Checkpoint directory, or `base` \\[model.path].")
+    ] = None,
+    env_latency: Annotated[
+        float,
+        typer.Option(
+            help="Mean simulated environment wait per tool turn in seconds (log-normal, "
+            "p99 ~10x the median): the long tail of production episodes. 0: none."
+        ),
+    ] = 1.0,
+    config_file: ConfigOption = None,
+    set_: SetOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
+) -> None:
+    """Synchronous vs asynchronous RL loop on one workload: samples/s, idle, staleness.
+
+    Both runs start from the run configuration tree (defaults, --config, --set); the
+    benchmark's own flags then set the workload of each mode."""
+    if min(steps, groups_per_step) < 2 or group_size < 2 or max_staleness < 1:
+        raise fail(
+            "need --steps >= 2, --groups-per-step >= 2, --group-size >= 2, --max-staleness >= 1"
+        )
+    if env_latency < 0:
+        raise fail("need --env-latency >= 0")
+    base = run_config(config_file, set_, {"model.path": model})
+    from fleetrl.model.checkpoint import resolve_checkpoint
+    from fleetrl.orchestrate.bench import PipelineWorkload, run_pipeline_bench
+
+    if not (resolve_checkpoint(base.model.path) / "config.json").is_file():
+        raise fail(f"{base.model.path} is not a checkpoint directory")
+    workload = PipelineWorkload(steps, groups_per_step, group_size, max_staleness, env_latency)
+    result = run_pipeline_bench(base, workload, progress=not as_json)
+    flat = {f"{mode}_{k}": v for mode in ("sync", "async") for k, v in result[mode].items()}
+    print_figures(
+        result if as_json else flat | {"speedup": result["speedup"]}, "pipeline benchmark", as_json
+    )
+
+
+@bench_app.command("fleet")
+def bench_fleet(
+    steps: Annotated[int, typer.Option(help="Optimizer steps per leg.")] = 8,
+    groups_per_step: Annotated[int, typer.Option(help="Groups per step (P).")] = 4,
+    group_size: Annotated[int, typer.Option(help="Samples per group (G).")] = 4,
+    max_staleness: Annotated[int, typer.Option(help="The trainer's staleness bound.")] = 2,
+    link_mbps: Annotated[
+        float, typer.Option(help="Each region's link from the run's store, megabits/s.")
+    ] = 32.0,
+    slow_latency: Annotated[
+        float,
+        typer.Option(help="The slow region's mean extra environment wait per tool turn, s."),
+    ] = 2.0,
+    model: Annotated[
+        str | None, typer.Option(help="Checkpoint directory, or `base` \\[model.path].")
+    ] = None,
+    config_file: ConfigOption = None,
+    set_: SetOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
+) -> None:
+    """A trainer and three regions (one slow, each behind a throttled link to its own
+    weight store), with no region lost and with one killed mid-run.
+
+    Two legs on one workload, as real processes over fresh local-folder stores: all three
+    regions to the end, then region-1 killed (SIGKILL) halfway, once it has served a trained
+    version, and not restarted. Measures cross-region bytes per version (per region and
+    total, against the trainer's delta),
+    the time from each publish until each region and until every region serves it (p50 /
+    p95 over versions), the trainer's idle fraction, the staleness histogram, samples/s
+    between the first and last optimizer step, and samples/s killed / none. Settings start
+    from the run configuration tree (defaults, --config, --set); the flags set the
+    workload."""
+    if steps < 2 or groups_per_step < 1 or group_size < 2 or max_staleness < 0:
+        raise fail("need --steps >= 2, --groups-per-step >= 1, --group-size >= 2")
+    if link_mbps <= 0 or slow_latency < 0:
+        raise fail("need --link-mbps > 0 and --slow-latency >= 0")
+    base = run_config(config_file, set_, {"model.path": model})
+    from fleetrl.model.checkpoint import resolve_checkpoint
+    from fleetrl.orchestrate.fleet_bench import FleetWorkload, run_fleet_bench
+    from fleetrl.orchestrate.local import RunFailed
+
+    if not (resolve_checkpoint(base.model.path) / "config.json").is_file():
+        raise fail(f"{base.model.path} is not a checkpoint directory")
+    workload = FleetWorkload(
+        steps, groups_per_step, group_size, max_staleness, 3, link_mbps, slow_latency
+    )
+    try:
+        result = run_fleet_bench(base, workload, echo=not as_json)
+    except RunFailed as err:
+        raise fail(str(err)) from None
+    flat = {
+        f"{leg}_{k}": v
+        for leg in ("none", "killed")
+        for k, v in result[leg].items()
+        if k != "regions"
+    }
+    for leg in ("none", "killed"):
+        for region, figures in result[leg]["regions"].items():
+            for key in ("hold_s_p50", "cross_region_bytes_per_version"):
+                flat[f"{leg}_{region}_{key}"] = figures[key]
+    print_figures(
+        result if as_json else flat | {"killed_vs_none": result["killed_vs_none"]},
+        "fleet benchmark",
+        as_json,
+    )
+
+
+@bench_app.command("learning")
+def bench_learning(
+    base: Annotated[
+        str | None,
+        typer.Option(help="SFT checkpoint to start from, or `base` \\[model.path]."),
+    ] = None,
+    name: Annotated[
+        str | None, typer.Option(help="Run name: writes runs/NAME (default learning-TIME).")
+    ] = None,
+    max_tasks: Annotated[
+        int | None,
+        typer.Option(help="Evaluate on each split's first N tasks, 0: all \\[eval.max_tasks]."),
+    ] = None,
+    runs_dir: Annotated[Path, typer.Option(help="Where run directories live.")] = Path("runs"),
+    config_file: ConfigOption = None,
+    set_: SetOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
+) -> None:
+    """From one SFT-plateaued base: RL at the run configuration's budget (`fleetrl train`)
+    against SFT continued on the same demonstrations for RL's wall time.
+
+    Base, RL and SFT-more are each evaluated on heldout and heldout-templates at their
+    temperature chosen on val (pass@1 with CI, greedy, pass@8, recovery); the goals, the
+    base's SFT curves and the budgets go with them into runs/NAME/learning.json."""
+    import time
+
+    config = run_config(config_file, set_, {"model.path": base, "eval.max_tasks": max_tasks})
+    run_dir = runs_dir / (name or f"learning-{time.strftime('%Y%m%d-%H%M%S')}")
+    if run_dir.exists() and any(run_dir.iterdir()):
+        raise fail(f"{run_dir} is not empty; choose another --name")
+    from fleetrl.model.checkpoint import resolve_checkpoint
+    from fleetrl.orchestrate.learning_bench import (
+        LearningBenchError,
+        learning_rows,
+        run_learning_bench,
+    )
+    from fleetrl.orchestrate.local import RunFailed
+    from fleetrl.orchestrate.sft import SftError
+
+    checkpoint = resolve_checkpoint(config.model.path)
+    if not (checkpoint / "config.json").is_file():
+        raise fail(f"{config.model.path} is not a checkpoint directory (no config.json)")
+    from rich.console import Console
+
+    console = Console()
+    echo = None if as_json else lambda line: console.print(line, markup=False, highlight=False)
+    try:
+        result = run_learning_bench(config, checkpoint, run_dir, echo)
+    except (LearningBenchError, RunFailed, SftError) as err:
+        raise fail(str(err)) from None
+    if as_json:
+        typer.echo(json.dumps(result, indent=2))
+        return
+    from rich.table import Table
+
+    table = Table(title=f"learning benchmark ({run_dir / 'learning.json'})")
+    for column in ("model", "split", "pass@1 [95% CI] @T", "greedy", "pass@8"):
+        table.add_column(column, justify="left" if column in ("model", "split") else "right")
+    for row in learning_rows(result):
+        table.add_row(*row)
+    console.print(table)
+    budget = result["budget"]
+    typer.echo(
+        f"budget: RL {budget['rl_wall_s']:.0f} s, SFT-more {budget['sft_more_wall_s']:.0f} s "
+        f"({budget['sft_more_steps']} steps); all goals met: {result['goals']['all_met']}"
+    )

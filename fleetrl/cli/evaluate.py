@@ -1,0 +1,127 @@
+"""`fleetrl eval` (pass@1 of a checkpoint under the protocol) and `fleetrl verify`
+(grade one workspace)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from fleetrl.cli.common import ConfigOption, SetOption, fail, run_config
+
+
+def eval_command(
+    checkpoint: Annotated[str, typer.Argument(help="Checkpoint directory, or `base`.")] = "base",
+    split: Annotated[str | None, typer.Option(help="Split to report \\[eval.split].")] = None,
+    best_temperature: Annotated[
+        bool,
+        typer.Option(
+            "--best-temperature/--no-best-temperature",
+            help="Choose the temperature on eval.val_split first (eval.temperatures), then "
+            "report the split at it; off: at --temperature.",
+        ),
+    ] = False,
+    suite: Annotated[str | None, typer.Option(help="Bundled task suite \\[tasks.suite].")] = None,
+    tasks: Annotated[
+        Path | None, typer.Option(help="A generated task folder instead \\[tasks.tasks_dir].")
+    ] = None,
+    samples: Annotated[
+        int | None, typer.Option(min=1, help="Samples per task on the split \\[eval.samples].")
+    ] = None,
+    episodes: Annotated[
+        int | None,
+        typer.Option(min=1, help="Or: at least N episodes on the split, tasks x samples."),
+    ] = None,
+    max_tasks: Annotated[
+        int | None,
+        typer.Option(help="Use only each split's first N tasks, 0: all \\[eval.max_tasks]."),
+    ] = None,
+    temperature: Annotated[
+        float | None, typer.Option(help="Sampling temperature, 0: greedy \\[rollout.temperature].")
+    ] = None,
+    seed: Annotated[int | None, typer.Option(help="Sampling seed \\[trainer.seed].")] = None,
+    threads: Annotated[int | None, typer.Option(help="torch CPU threads \\[eval.threads].")] = None,
+    config_file: ConfigOption = None,
+    set_: SetOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
+) -> None:
+    """pass@1 of a checkpoint on a task split at one temperature, with a 95% bootstrap
+    interval over tasks; also greedy pass@1, pass@8 and recovery from failed edits.
+
+    Settings come from the run configuration tree (defaults, --config, --set); each flag
+    below overrides the key in brackets after it. The protocol is in docs/evaluation.md."""
+    shortcuts = {
+        "tasks.suite": suite,
+        "tasks.tasks_dir": str(tasks) if tasks else None,
+        "eval.samples": samples,
+        "eval.max_tasks": max_tasks,
+        "rollout.temperature": temperature,
+        "trainer.seed": seed,
+        "eval.threads": threads,
+    }
+    config = run_config(config_file, set_, shortcuts)
+    split = split or config.eval.split
+    if best_temperature and temperature is not None:
+        raise fail("--best-temperature chooses the temperature: drop --temperature")
+    if best_temperature and split == config.eval.val_split:
+        raise fail(
+            f"--best-temperature chooses the temperature on {split!r} (eval.val_split): "
+            "report another --split"
+        )
+    if samples is not None and episodes is not None:
+        raise fail("give --samples or --episodes, not both")
+    import math
+    import time
+
+    from fleetrl.envs.records import TaskError
+    from fleetrl.model.checkpoint import CheckpointError, resolve_checkpoint
+    from fleetrl.rollout.evaluate import EvalError, describe, protocol_report, split_tasks
+
+    path = resolve_checkpoint(checkpoint)
+    if not (path / "config.json").is_file():
+        raise fail(f"{checkpoint} is not a checkpoint directory (no config.json)")
+    import torch
+
+    torch.set_num_threads(config.eval.threads)
+    start = time.monotonic()
+    try:
+        per_task = math.ceil(episodes / len(split_tasks(config, split))) if episodes else None
+        chosen = None if best_temperature else config.rollout.temperature
+        document = protocol_report(path, config, split, chosen, not as_json, per_task)
+    except (TaskError, CheckpointError, EvalError, FileNotFoundError) as err:
+        raise fail(str(err)) from None
+    if as_json:
+        typer.echo(json.dumps(document, indent=2))
+        return
+    for line in describe(document):
+        typer.echo(line)
+    typer.echo(f"({time.monotonic() - start:.0f} s)")
+
+
+def verify(
+    task_id: Annotated[str, typer.Argument(help="Task instance id.")],
+    workspace: Annotated[Path, typer.Option(help="The agent's workspace directory.")],
+    suite: Annotated[str | None, typer.Option(help="Bundled suite (default: any).")] = None,
+    tasks: Annotated[Path | None, typer.Option(help="A generated task folder.")] = None,
+    timeout: Annotated[float, typer.Option(help="Seconds the hidden tests may run.")] = 120.0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
+) -> None:
+    """Grade a workspace: its non-test changes, hidden tests, anti-cheat flags -> reward."""
+    from fleetrl.envs.records import TaskError
+    from fleetrl.envs.suites import get_task
+    from fleetrl.envs.verifier import verify_workspace
+
+    try:
+        task = get_task(task_id, suite=suite, tasks_dir=tasks)
+        result = verify_workspace(task, workspace, timeout=timeout)
+    except (TaskError, FileNotFoundError) as err:
+        raise fail(str(err)) from None
+    if as_json:
+        typer.echo(json.dumps(result.to_json(), indent=2))
+        return
+    for test, outcome in result.tests.items():
+        typer.echo(f"{outcome:>8}  {test}")
+    flags = ", ".join(result.flags) or "none"
+    typer.echo(f"reward {result.reward:g}  (flags: {flags}; {result.duration_s:.2f} s)")

@@ -1,0 +1,92 @@
+"""`fleetrl model init` and `fleetrl serve`: make a checkpoint, serve one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from fleetrl.cli.common import fail
+
+model_app = typer.Typer(help="Create and inspect policy checkpoints.", no_args_is_help=True)
+
+
+@model_app.command("init")
+def model_init(
+    out_dir: Annotated[Path, typer.Argument(help="Directory to write the checkpoint into.")],
+    moe: Annotated[bool, typer.Option("--moe", help="Qwen3-MoE variant instead of dense.")] = False,
+    layers: Annotated[int, typer.Option(help="Decoder layers.")] = 4,
+    hidden: Annotated[int, typer.Option(help="Hidden size.")] = 256,
+    heads: Annotated[int, typer.Option(help="Attention heads (head_dim = hidden / heads).")] = 4,
+    kv_heads: Annotated[int, typer.Option(help="Key/value heads (grouped-query attention).")] = 2,
+    experts: Annotated[int, typer.Option(help="Experts per MoE layer (with --moe).")] = 8,
+    seed: Annotated[int, typer.Option(help="Random seed of the weights.")] = 0,
+    force: Annotated[
+        bool, typer.Option("--force", help="Overwrite a non-empty directory.")
+    ] = False,
+) -> None:
+    """Write a small random Qwen3 model with the project tokenizer, in Hugging Face layout."""
+    if out_dir.exists() and any(out_dir.iterdir()) and not force:
+        raise fail(f"{out_dir} is not empty (use --force to overwrite)")
+    if hidden % heads or heads % kv_heads:
+        raise fail("--hidden must be divisible by --heads, and --heads by --kv-heads")
+    from fleetrl.model.checkpoint import init_model, save_pretrained
+    from fleetrl.model.config import ModelConfig
+    from fleetrl.model.tokenizer import bundled_tokenizer
+
+    tokenizer = bundled_tokenizer()
+    config = ModelConfig.small(
+        tokenizer.vocab_size,
+        hidden,
+        layers,
+        heads=heads,
+        num_key_value_heads=kv_heads,
+        num_experts=experts if moe else 0,
+        moe_intermediate_size=hidden,
+        eos_token_id=tokenizer.eos_id,
+    )
+    model = init_model(config, seed=seed)
+    save_pretrained(model, out_dir)
+    tokenizer.save(out_dir)
+    n_params = sum(p.numel() for p in model.parameters())
+    typer.echo(f"wrote {config.model_type} model ({n_params / 1e6:.2f} M parameters) to {out_dir}")
+
+
+def serve(
+    checkpoint: Annotated[Path, typer.Argument(help="Hugging Face checkpoint directory.")],
+    host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
+    admin_token: Annotated[
+        str | None,
+        typer.Option(
+            envvar="FLEETRL_ADMIN_TOKEN",
+            help="Bearer token for POST /update_weights; without one, updates are refused.",
+        ),
+    ] = None,
+    max_batch_size: Annotated[int, typer.Option(help="Requests decoded together.")] = 64,
+    max_model_len: Annotated[int, typer.Option(help="Context length (prompt + output).")] = 2048,
+    dtype: Annotated[str, typer.Option(help="float32, bfloat16, float16 or auto.")] = "auto",
+    threads: Annotated[int, typer.Option(help="torch CPU threads (0: torch's default).")] = 0,
+) -> None:
+    """Serve a checkpoint: OpenAI-compatible API, token-level /generate, weight updates."""
+    if not (checkpoint / "config.json").is_file():
+        raise fail(f"{checkpoint} is not a checkpoint directory (no config.json)")
+    if dtype not in ("auto", "float32", "bfloat16", "float16"):
+        raise fail(f"--dtype must be auto, float32, bfloat16 or float16, not {dtype!r}")
+    from fleetrl.inference.server import serve as run_server
+    from fleetrl.model.checkpoint import CheckpointError
+
+    try:
+        run_server(
+            checkpoint,
+            host=host,
+            port=port,
+            admin_token=admin_token,
+            max_batch_size=max_batch_size,
+            max_model_len=max_model_len,
+            dtype=dtype,
+            threads=threads,
+        )
+    except (CheckpointError, FileNotFoundError) as err:
+        raise fail(str(err)) from None

@@ -1,0 +1,169 @@
+"""Runs that live in an object store: `fleetrl run create`, the `trainer` and `region`
+roles, `status`, and `report` of a run directory."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from fleetrl.cli.common import SetOption, StoreOption, WorkdirOption, fail, run_config
+
+run_app = typer.Typer(help="Runs that live in an object store.", no_args_is_help=True)
+
+
+@run_app.command("create")
+def run_create(
+    config_file: Annotated[
+        Path | None, typer.Argument(help="TOML run configuration (default: built-in).")
+    ] = None,
+    store: StoreOption = "",
+    set_: SetOption = None,
+) -> None:
+    """Write a run into a store: config, base checkpoint, tasks, base weights as version 0.
+
+    Then `fleetrl trainer --store URL` and `fleetrl region --store URL --name NAME`, on
+    any machines that reach the store, run it."""
+    if not store:
+        raise fail("--store is required (a folder or s3://bucket/prefix)")
+    config = run_config(config_file, set_, {})
+    from fleetrl.model.checkpoint import resolve_checkpoint
+    from fleetrl.orchestrate.run import RunExists, create_run
+
+    if not (resolve_checkpoint(config.model.path) / "config.json").is_file():
+        raise fail(f"model.path {config.model.path!r} is not a checkpoint directory")
+    try:
+        create_run(config, store)
+    except (RunExists, OSError) as err:
+        raise fail(str(err)) from None
+    typer.echo(f"created run {config.name!r} in {store}")
+
+
+def trainer_command(store: StoreOption = "", workdir: WorkdirOption = None) -> None:
+    """The trainer of a run in a store; exits 0 when the run's steps are done.
+
+    Exit code 3: a newer trainer of the same run has started (this one was fenced off)."""
+    if not store:
+        raise fail("--store is required")
+    from fleetrl.orchestrate.roles import trainer_role
+    from fleetrl.store.run import RunNotFound
+
+    try:
+        code = trainer_role(store, workdir)
+    except RunNotFound as err:
+        raise fail(str(err)) from None
+    raise typer.Exit(code)
+
+
+def region_command(
+    store: StoreOption = "",
+    name: Annotated[str, typer.Option(help="Region name, unique in the run.")] = "",
+    workdir: WorkdirOption = None,
+    regional_store: Annotated[
+        str | None,
+        typer.Option(
+            help="The region's own weight store (e.g. a bucket in its region): a relay "
+            "copies each version into it once and the engine follows it there."
+        ),
+    ] = None,
+    link_mbps: Annotated[
+        float | None,
+        typer.Option(
+            help="Simulate a cross-region link of this many megabits/s between the run's "
+            "store and --regional-store: the relay's copy of each version takes its "
+            "size / bandwidth (benchmarks)."
+        ),
+    ] = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            help="Override this region's own rollout settings, e.g. --set "
+            "rollout.env_latency_s=2 (repeatable; rollout.* only).",
+        ),
+    ] = None,
+) -> None:
+    """A rollout region of a run in a store: exits 0 after the trainer's stop signal."""
+    if not store or not name:
+        raise fail("--store and --name are required")
+    if not name.replace("-", "").replace("_", "").isalnum():
+        raise fail(f"--name {name!r}: use letters, digits, '-' and '_'")
+    if link_mbps is not None and (link_mbps <= 0 or not regional_store):
+        raise fail("--link-mbps needs --regional-store and a bandwidth > 0")
+    from fleetrl.config import ConfigError, parse_overrides
+    from fleetrl.orchestrate.roles import region_role
+    from fleetrl.store.run import RunNotFound
+
+    link = link_mbps * 1e6 / 8 if link_mbps is not None else None
+    try:
+        overrides = parse_overrides(set_ or [])
+        code = region_role(store, name, workdir, regional_store, overrides, link)
+    except (RunNotFound, ConfigError) as err:
+        raise fail(str(err)) from None
+    raise typer.Exit(code)
+
+
+def status_command(
+    store: StoreOption = "",
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
+) -> None:
+    """Where a run stands: the trainer's version and step, each region's version, groups
+    in flight, last heartbeat and staleness; read from the store alone."""
+    if not store:
+        raise fail("--store is required")
+    from fleetrl.orchestrate.status import as_json as status_json
+    from fleetrl.orchestrate.status import run_status
+    from fleetrl.store.objectstore import open_store
+    from fleetrl.store.run import read_config_text
+
+    opened = open_store(store)
+    try:
+        read_config_text(opened)
+    except LookupError as err:
+        raise fail(str(err)) from None
+    status = run_status(opened)
+    if as_json:
+        typer.echo(json.dumps(status_json(status), indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    waiting = f", waiting {status.waiting_s:.0f} s" if status.waiting_s else ""
+    typer.echo(
+        f"trainer: version {status.trainer_version} (latest published "
+        f"{status.latest_version}), step {status.step}, incarnation {status.incarnation}, "
+        f"{status.trained_samples} samples trained, {status.dropped_samples} dropped{waiting}"
+        + (" — run finished" if status.stopped else "")
+    )
+    table = Table(title="regions")
+    for column in ("region", "held", "staleness", "in flight", "handed in", "granted"):
+        table.add_column(column, justify="right")
+    table.add_column("failed", justify="right")
+    table.add_column("heartbeat", justify="right")
+    for r in status.regions:
+        table.add_row(
+            r.name,
+            str(r.held),
+            str(r.staleness),
+            str(r.in_flight),
+            str(r.submitted),
+            str(r.granted),
+            str(r.failed_episodes),
+            f"{r.heartbeat_age_s:.0f} s ago",
+        )
+    Console().print(table)
+
+
+def report(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory (runs/NAME).")],
+) -> None:
+    """Write RUN_DIR/report.html: plots of reward, staleness, sync, mismatch, throughput,
+    and each region's own metrics from the run's store (wherever the regions ran)."""
+    if not run_dir.is_dir():
+        raise fail(f"{run_dir} is not a directory")
+    from fleetrl.observe import write_report
+    from fleetrl.store.region_metrics import read_run_region_metrics
+
+    typer.echo(f"wrote {write_report(run_dir, read_run_region_metrics(run_dir))}")
