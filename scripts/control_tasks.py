@@ -1,0 +1,84 @@
+"""A task folder for the held-out ceiling's positive control: train tasks that draw the
+evaluation splits' constants and letters.
+
+    python scripts/control_tasks.py DIR [--size 440]
+    fleetrl bench learning --name control --set tasks.tasks_dir=DIR
+
+DIR/tasks.jsonl holds `--size` new micro instances as its `train` split (templates and bug
+kinds cycled as in the suite, fresh function names, every template integer 3 mod 4 and
+every template letter from HELDOUT_LETTERS: the symbols only evaluation tasks use in the
+bundled suite), and the bundled `val`, `heldout` and `heldout-templates` tasks unchanged.
+The new tasks' repositories are written under DIR/repos. With it, RL and SFT-more both
+train on tasks that ask for the evaluation symbols (instances stay unseen), so the bench
+tells whether the ceiling of `docs/benchmarks.md` is the split's or the trainer's.
+"""
+
+import argparse
+import dataclasses
+import random
+from pathlib import Path
+
+from fleetrl.envs.git import commit_all, unified_diff
+from fleetrl.envs.micro import suite as micro
+from fleetrl.envs.micro.templates import TEMPLATES
+from fleetrl.envs.records import write_jsonl
+from fleetrl.envs.suites import load_tasks
+from fleetrl.types import Task
+
+SEED = "fleetrl-micro-control-v1"
+
+
+def control_train(size: int, repos: Path) -> list[Task]:
+    """`size` new micro tasks with evaluation constants, their repositories written."""
+    names = micro._Names()
+    names.functions |= {spec.function for spec in micro._specs()}  # unique suite-wide
+    rng = random.Random(SEED)
+    order = [(t, kind) for t in TEMPLATES for kind in sorted(t.bugs)]
+    rng.shuffle(order)
+    like = load_tasks(suite="micro", split="val")[0]  # the fields no spec changes
+    tasks = []
+    for index in range(size):
+        template, kind = order[index % len(order)]
+        instance_id = f"control-train-{index:04d}"
+        # Drawn as a `val` task (evaluation constants), filed as `train`.
+        spec = micro._make(instance_id, "val", template, kind, rng, names)
+        repo = repos / instance_id
+        repo.mkdir(parents=True)
+        (repo / f"{spec.function}.py").write_text(spec.buggy, encoding="utf-8")
+        sha = commit_all(repo)
+        tasks.append(
+            dataclasses.replace(
+                like,
+                instance_id=instance_id,
+                repo=str(repo),
+                base_commit=sha,
+                problem_statement=spec.statement,
+                patch=unified_diff(f"{spec.function}.py", spec.buggy, spec.correct),
+                test_patch=unified_diff(f"test_{spec.function}.py", None, spec.tests),
+                FAIL_TO_PASS=list(spec.fail_to_pass),
+                PASS_TO_PASS=list(spec.pass_to_pass),
+                split="train",
+                test_files=[f"test_{spec.function}.py"],
+                kind=spec.kind,
+                origin=spec.template,
+            )
+        )
+    return tasks
+
+
+def main() -> None:
+    """Write DIR/tasks.jsonl and DIR/repos."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("dir", type=Path)
+    parser.add_argument("--size", type=int, default=440)
+    args = parser.parse_args()
+    args.dir.mkdir(parents=True)
+    tasks = control_train(args.size, args.dir / "repos")
+    for split in ("val", "heldout", "heldout-templates"):
+        tasks += load_tasks(suite="micro", split=split)
+    write_jsonl(tasks, args.dir / "tasks.jsonl")
+    print(f"{len(tasks)} tasks in {args.dir / 'tasks.jsonl'}")
+
+
+if __name__ == "__main__":
+    main()
