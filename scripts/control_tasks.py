@@ -18,7 +18,7 @@ import dataclasses
 import random
 from pathlib import Path
 
-from fleetrl.envs.git import commit_all, unified_diff
+from fleetrl.envs.git import commit_all
 from fleetrl.envs.micro import suite as micro
 from fleetrl.envs.micro.templates import TEMPLATES
 from fleetrl.envs.records import write_jsonl
@@ -35,7 +35,6 @@ def control_train(size: int, repos: Path) -> list[Task]:
     rng = random.Random(SEED)
     order = [(t, kind) for t in TEMPLATES for kind in sorted(t.bugs)]
     rng.shuffle(order)
-    like = load_tasks(suite="micro", split="val")[0]  # the fields no spec changes
     tasks = []
     for index in range(size):
         template, kind = order[index % len(order)]
@@ -43,26 +42,12 @@ def control_train(size: int, repos: Path) -> list[Task]:
         # Drawn as a `val` task (evaluation constants), filed as `train`.
         spec = micro._make(instance_id, "val", template, kind, rng, names)
         repo = repos / instance_id
+        task = dataclasses.replace(micro._task(spec, repo), split="train")
         repo.mkdir(parents=True)
         (repo / f"{spec.function}.py").write_text(spec.buggy, encoding="utf-8")
-        sha = commit_all(repo)
-        tasks.append(
-            dataclasses.replace(
-                like,
-                instance_id=instance_id,
-                repo=str(repo),
-                base_commit=sha,
-                problem_statement=spec.statement,
-                patch=unified_diff(f"{spec.function}.py", spec.buggy, spec.correct),
-                test_patch=unified_diff(f"test_{spec.function}.py", None, spec.tests),
-                FAIL_TO_PASS=list(spec.fail_to_pass),
-                PASS_TO_PASS=list(spec.pass_to_pass),
-                split="train",
-                test_files=[f"test_{spec.function}.py"],
-                kind=spec.kind,
-                origin=spec.template,
-            )
-        )
+        if commit_all(repo) != task.base_commit:
+            raise RuntimeError(f"{instance_id}: the written repository is not base_commit")
+        tasks.append(task)
     return tasks
 
 

@@ -94,12 +94,9 @@ def main() -> None:
     decode = Tokenizer.from_pretrained(checkpoint).decode
     pairs = list(zip(tasks, trajectories, strict=True))
     kinds = Counter(kind_of(t, e, decode) for t, e in pairs)
-    by_line: dict[str, list[int]] = {"holds a template constant": [0, 0], "no constant": [0, 0]}
-    for task, episode in pairs:
-        tally = by_line["holds a template constant" if fix_holds_constant(task) else "no constant"]
-        tally[0] += int(episode.reward >= 1)
-        tally[1] += 1
-    passed = {line: f"{won} of {total}" for line, (won, total) in by_line.items()}
+    lines = ["holds a template constant" if fix_holds_constant(t) else "no constant" for t in tasks]
+    won = Counter(line for line, (_, e) in zip(lines, pairs, strict=True) if e.reward >= 1)
+    passed = {line: f"{won[line]} of {total}" for line, total in Counter(lines).items()}
     print(json.dumps({"kinds": dict(kinds.most_common()), "passed, by fix line": passed}, indent=1))
 
 

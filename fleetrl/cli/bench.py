@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from fleetrl.cli.common import ConfigOption, SetOption, fail, print_figures, run_config
+from fleetrl.cli.common import ConfigOption, SetOption, fail, run_config
 
 bench_app = typer.Typer(help="Measure fleetrl's parts (results as a table or --json).")
 
@@ -301,3 +301,19 @@ def bench_learning(
         f"budget: RL {budget['rl_wall_s']:.0f} s, SFT-more {budget['sft_more_wall_s']:.0f} s "
         f"({budget['sft_more_steps']} steps); all goals met: {result['goals']['all_met']}"
     )
+
+
+def print_figures(result: dict, title: str, as_json: bool) -> None:
+    """A benchmark's figures as JSON or as a two-column table."""
+    if as_json:
+        typer.echo(json.dumps(result, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for key, value in result.items():
+        table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
+    Console().print(table)

@@ -1,9 +1,7 @@
-"""What every command shares: the one-line error, the run configuration options and the
-figures printer."""
+"""What the command modules share: the one-line error and the run configuration options."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -43,33 +41,3 @@ def run_config(config_file: Path | None, sets: list[str] | None, shortcuts: dict
         return load_config(config_file, overrides)
     except ConfigError as err:
         raise fail(str(err)) from None
-
-
-StoreOption = Annotated[
-    str,
-    typer.Option(
-        "--store",
-        help="The run's object store: a folder or s3://bucket/prefix (credentials and "
-        "endpoint from the AWS_* variables).",
-    ),
-]
-WorkdirOption = Annotated[
-    Path | None,
-    typer.Option(help="Local work folder (default: runs/NAME, or runs/NAME/regions/REGION)."),
-]
-
-
-def print_figures(result: dict, title: str, as_json: bool) -> None:
-    """A benchmark's figures as JSON or as a two-column table."""
-    if as_json:
-        typer.echo(json.dumps(result, indent=2))
-        return
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=title)
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    for key, value in result.items():
-        table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
-    Console().print(table)

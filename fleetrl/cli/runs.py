@@ -9,9 +9,22 @@ from typing import Annotated
 
 import typer
 
-from fleetrl.cli.common import SetOption, StoreOption, WorkdirOption, fail, run_config
+from fleetrl.cli.common import SetOption, fail, run_config
 
 run_app = typer.Typer(help="Runs that live in an object store.", no_args_is_help=True)
+
+StoreOption = Annotated[
+    str,
+    typer.Option(
+        "--store",
+        help="The run's object store: a folder or s3://bucket/prefix (credentials and "
+        "endpoint from the AWS_* variables).",
+    ),
+]
+WorkdirOption = Annotated[
+    Path | None,
+    typer.Option(help="Local work folder (default: runs/NAME, or runs/NAME/regions/REGION)."),
+]
 
 
 @run_app.command("create")

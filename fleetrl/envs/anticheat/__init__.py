@@ -37,12 +37,10 @@ copy), and hard-coding keyed by values that are not literals of the hidden tests
 
 from __future__ import annotations
 
-from fleetrl.envs.anticheat.code import MAX_SOURCE_BYTES, code_flags
+from fleetrl.envs.anticheat.code import code_flags
 from fleetrl.envs.anticheat.episode import episode_flags
 from fleetrl.envs.anticheat.hardcoding import TestFacts, test_facts
 from fleetrl.envs.anticheat.paths import (
-    ARTEFACT_SUFFIXES,
-    CONFIG_FILES,
     is_config_file,
     is_importable_artefact,
     is_test_file,
@@ -50,9 +48,6 @@ from fleetrl.envs.anticheat.paths import (
 )
 
 __all__ = [
-    "ARTEFACT_SUFFIXES",
-    "CONFIG_FILES",
-    "MAX_SOURCE_BYTES",
     "TestFacts",
     "code_flags",
     "episode_flags",

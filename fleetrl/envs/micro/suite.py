@@ -270,32 +270,32 @@ def suite_root() -> Path:
     return cache_dir() / "suites" / "micro" / MICRO_VERSION
 
 
+def _task(spec: _Spec, repo: Path) -> Task:
+    """The Task record of a spec whose repository is (to be) at `repo`."""
+    module = f"{spec.function}.py"
+    test_file = f"test_{spec.function}.py"
+    return Task(
+        instance_id=spec.instance_id,
+        repo=str(repo),
+        base_commit=flat_commit_sha({module: spec.buggy.encode()}),
+        problem_statement=spec.statement,
+        patch=unified_diff(module, spec.buggy, spec.correct),
+        test_patch=unified_diff(test_file, None, spec.tests),
+        FAIL_TO_PASS=list(spec.fail_to_pass),
+        PASS_TO_PASS=list(spec.pass_to_pass),
+        suite="micro",
+        split=spec.split,
+        test_files=[test_file],
+        language="python",
+        kind=spec.kind,
+        origin=spec.template,
+    )
+
+
 def build_suite() -> list[Task]:
     """All micro tasks as fresh Task records (in SPLIT_SIZES order), repositories not written."""
     root = suite_root()
-    tasks = []
-    for spec in _specs():
-        module = f"{spec.function}.py"
-        test_file = f"test_{spec.function}.py"
-        tasks.append(
-            Task(
-                instance_id=spec.instance_id,
-                repo=str(root / spec.instance_id),
-                base_commit=flat_commit_sha({module: spec.buggy.encode()}),
-                problem_statement=spec.statement,
-                patch=unified_diff(module, spec.buggy, spec.correct),
-                test_patch=unified_diff(test_file, None, spec.tests),
-                FAIL_TO_PASS=list(spec.fail_to_pass),
-                PASS_TO_PASS=list(spec.pass_to_pass),
-                suite="micro",
-                split=spec.split,
-                test_files=[test_file],
-                language="python",
-                kind=spec.kind,
-                origin=spec.template,
-            )
-        )
-    return tasks
+    return [_task(spec, root / spec.instance_id) for spec in _specs()]
 
 
 def materialise(task: Task, dest: Path) -> None:
