@@ -6,7 +6,7 @@
           ▲                                 │ finished group
           └── grant (store) ◀── trainer ◀───┴─▶ TrajectoryChannel.append (store)
     heartbeat every HEARTBEAT_S ─▶ control/regions/NAME.json (store)
-                                 ─▶ metrics/regions/NAME/… (store: versions applied and
+    and at each new version      ─▶ metrics/regions/NAME/… (store: versions applied and
                                     relayed, groups; `fleetrl.store.region_metrics`)
     optional: RegionRelay origin weights/ ─▶ the region's own bucket ─▶ WeightFollower
               (over a throttled link when `link_bytes_per_s` simulates a cross-region one)
@@ -175,14 +175,16 @@ class Region:
         in_flight: set[asyncio.Task[GroupResult]] = set()
         group_ids: dict[asyncio.Task[GroupResult], str] = {}
         seen_syncs = len(follower.records)
-        last_beat = -HEARTBEAT_S
+        last_beat, beat_held = -HEARTBEAT_S, -1
         try:
             while not await asyncio.to_thread(stop_signalled, self.weights.store):
                 held = follower.held or 0
-                if time.monotonic() - last_beat >= HEARTBEAT_S:
+                # A new version is told at once: the trainer and `fleetrl status` see it
+                # without waiting out the heartbeat (one extra write per version).
+                if held != beat_held or time.monotonic() - last_beat >= HEARTBEAT_S:
                     self.note_weights(follower, relay)
                     await asyncio.to_thread(self.heartbeat, held, len(in_flight))
-                    last_beat = time.monotonic()
+                    last_beat, beat_held = time.monotonic(), held
                 progress = await asyncio.to_thread(read_progress, self.weights.store)
                 grant = (await asyncio.to_thread(read_grants, self.weights.store)).get(self.name, 0)
                 while self.may_admit(held, len(in_flight), grant, progress.version):
