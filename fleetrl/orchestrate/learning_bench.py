@@ -4,8 +4,9 @@
       ├─▶ rl:       `fleetrl train` at the run configuration (the demo's budget, no eval)
       │             ─▶ rl/final, wall time W from the processes' start to the final weights
       │                (the regions' shutdown after them is `rl_run_s`, not W)
-      └─▶ sft_more: SFT continued from the base on the same demonstrations, at the
-                    learning rate the base's SFT ended at, for W seconds of training
+      └─▶ sft_more: SFT continued from the base on the same demonstrations (the tasks
+                    its sft.json records, whatever tasks RL trains on), at the learning
+                    rate the base's SFT ended at, for W seconds of training
     each of base, rl, sft_more: its temperature chosen on `eval.val_split`, then `heldout`
     and `heldout-templates` at that temperature (`protocol_report`: pass@1 with a bootstrap
     CI, greedy, pass@8, recovery) ─▶ goals ─▶ runs/NAME/learning.json
@@ -90,6 +91,12 @@ def sft_more_overrides(state: dict[str, Any], base: Path, seconds: float) -> dic
     } | {key: recorded[key] for key in ("batch_size", "copies", "plans") if key in recorded}
 
 
+def demonstrated_tasks(state: dict[str, Any], config: RunConfig) -> dict[str, Any]:
+    """The `tasks` settings of the base's own demonstrations, which SFT-more continues on:
+    those its sft.json records, else (an sft.json older than the record) the run's."""
+    return state["about"].get("tasks_source") or config.tasks.model_dump()
+
+
 def final_weights_time(final: Path) -> float:
     """When the trainer finished writing the final weights (epoch seconds): the end of
     RL's wall time W, which leaves out the regions' shutdown after it."""
@@ -113,6 +120,18 @@ def check_splits(config: RunConfig) -> None:
                 load_tasks(suite=source.suite, split=split)
         except TaskError as err:
             raise LearningBenchError(str(err)) from None
+
+
+def check_demonstrated(tasks: dict[str, Any]) -> None:
+    """Fail early when the base's demonstrated tasks (`demonstrated_tasks`) cannot be
+    loaded here, e.g. a task folder the base was trained on that is gone."""
+    try:
+        if tasks.get("tasks_dir") is not None:
+            load_tasks(tasks_dir=Path(tasks["tasks_dir"]), split=tasks["split"])
+        else:
+            load_tasks(suite=tasks["suite"], split=tasks["split"])
+    except TaskError as err:
+        raise LearningBenchError(f"the base's demonstrated tasks: {err}") from None
 
 
 def _gain(
@@ -189,6 +208,8 @@ def run_learning_bench(
     (None: silent)."""
     state = read_sft_state(base)
     check_splits(config)
+    sft_tasks = demonstrated_tasks(state, config)
+    check_demonstrated(sft_tasks)
     progress = echo is not None
     say = echo or (lambda _line: None)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -204,7 +225,9 @@ def run_learning_bench(
     rl_wall_s = final_weights_time(run_dir / "rl" / "final") - start
 
     say(f"sft_more: SFT continued from {base} for {rl_wall_s:.0f} s, RL's wall time")
-    sft_config = with_overrides(config, {"sft": sft_more_overrides(state, base, rl_wall_s)})
+    sft_config = with_overrides(
+        config, {"sft": sft_more_overrides(state, base, rl_wall_s), "tasks": sft_tasks}
+    )
     sft = run_sft(sft_config, run_dir / "sft_more", echo=say, progress=progress)
     if sft.stopped == "interrupted":  # SFT keeps its weights on Ctrl-C; the bench stops
         raise KeyboardInterrupt
@@ -223,6 +246,7 @@ def run_learning_bench(
         "sft_more_steps": sft.steps,
         "sft_more_lr": sft_config.sft.lr,
         "sft_more_batch_size": sft_config.sft.batch_size,
+        "sft_more_tasks": sft_tasks,
         "eval_s": {m: models[m]["eval_s"] for m in MODELS},
     }
     (run_dir / "learning.json").write_text(json.dumps(document, indent=2) + "\n")

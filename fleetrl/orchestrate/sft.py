@@ -144,6 +144,7 @@ def run_sft(
         "layers": model.config.num_hidden_layers,
         "threads": sft.threads,
         "tasks": len(tasks),
+        "tasks_source": config.tasks.model_dump(),
         "demos": {k: v for k, v in vars(stats).items() if k != "dropped"},
         "val_tasks": len(val_tasks),
         "val_demos": len(val_demos),

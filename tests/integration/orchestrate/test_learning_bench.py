@@ -13,6 +13,9 @@ from fleetrl.cli import app
 from fleetrl.config import RunConfig
 from fleetrl.orchestrate.learning_bench import (
     SPLITS,
+    LearningBenchError,
+    check_demonstrated,
+    demonstrated_tasks,
     learning_goals,
     sft_curve,
     sft_more_overrides,
@@ -71,6 +74,18 @@ def test_sft_more_continues_the_base_recipe_at_its_final_learning_rate(tmp_path)
     # An sft.json that predates `copies` leaves the run configuration's value.
     older = sft_more_overrides({"config": {"lr": 1e-3, "min_lr_ratio": 0.5}}, tmp_path, 1.0)
     assert "copies" not in older and "plans" not in older and older["lr"] == pytest.approx(5e-4)
+
+
+def test_sft_more_continues_on_the_tasks_the_base_was_demonstrated(tmp_path):
+    rl_tasks = RunConfig.model_validate({"tasks": {"tasks_dir": str(tmp_path)}})
+    recorded = {"suite": "micro", "split": "train", "tasks_dir": None}
+    assert demonstrated_tasks({"about": {"tasks_source": recorded}}, rl_tasks) == recorded
+    # An sft.json that predates the record: the run's tasks, as before.
+    older = demonstrated_tasks({"about": {"tasks": 440}}, rl_tasks)
+    assert older["tasks_dir"] == str(tmp_path)
+    check_demonstrated(recorded)
+    with pytest.raises(LearningBenchError, match="the base's demonstrated tasks"):
+        check_demonstrated({"suite": "micro", "split": "gone", "tasks_dir": None})
 
 
 def test_sft_curve_keeps_validation_losses_only_when_measured():
@@ -137,6 +152,7 @@ def test_bench_learning_runs_rl_and_sft_more_for_the_same_wall_time(tmp_path, ti
     assert budget["rl_wall_s"] <= budget["sft_more_wall_s"] <= budget["rl_wall_s"] + 5.0
     assert 0 < budget["rl_wall_s"] < budget["rl_run_s"]  # W ends at the final weights
     assert budget["sft_more_batch_size"] == TINY_SFT["batch_size"]
+    assert budget["sft_more_tasks"] == {"suite": "micro", "split": "train", "tasks_dir": None}
     assert figures["sft_curve"]["val_losses"][0][0] == 0  # the base's validation curve
     assert len(figures["sft_curve"]["losses"]) >= 1
     assert isinstance(figures["goals"]["all_met"], bool)
