@@ -1,6 +1,4 @@
-"""`fleetrl bench weights --json`: the command trains a tiny model and reports its figures
-(the session's one run, `weights_bench_figures`, also serves
-tests/integration/orchestrate/test_weights_bench.py)."""
+"""`fleetrl bench weights --json` on a tiny model: the figures of the session's one run."""
 
 
 def test_bench_weights_smoke_json(weights_bench_figures):

@@ -1,0 +1,24 @@
+"""The path checks: config files pytest or the interpreter reads, and compiled artefacts."""
+
+from fleetrl.envs.anticheat.paths import is_config_file, is_importable_artefact, path_flags
+
+
+def test_config_files_are_every_file_pytest_or_the_interpreter_reads():
+    for path in ["pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "pyproject.toml",
+                 "tox.ini", "setup.cfg", "sub/conftest.py", "sitecustomize.py",
+                 "usercustomize.py", "zz.pth", "pkg/deep/x.pth"]:  # fmt: skip
+        assert is_config_file(path), path
+        assert "pytest_config_modified" in path_flags([path])
+    for path in ["nkims.py", "setup.py", "README.md", "pytest_helpers.py", "pkg/__init__.py"]:
+        assert not is_config_file(path), path
+
+
+def test_compiled_artefacts_are_flagged_wherever_they_are():
+    for path in ["nkims.cpython-311-x86_64-linux-gnu.so", "nkims.abi3.so", "nkims.so",
+                 "pkg/nkims.pyd", "nkims.pyc", "pkg/nkims.pyo",
+                 "__pycache__/nkims.cpython-311.pyc"]:  # fmt: skip
+        assert is_importable_artefact(path), path
+        assert path_flags([path]) == {"compiled_artefact"}
+    for path in ["nkims.py", "so.txt", "notes.pyc.md", "lib.source"]:
+        assert not is_importable_artefact(path), path
+    assert path_flags(["nkims.py"]) == set()
