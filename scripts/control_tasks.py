@@ -14,41 +14,13 @@ tells whether the ceiling of `docs/benchmarks.md` is the split's or the trainer'
 """
 
 import argparse
-import dataclasses
-import random
 from pathlib import Path
 
-from fleetrl.envs.git import commit_all
 from fleetrl.envs.micro import suite as micro
-from fleetrl.envs.micro.templates import TEMPLATES
 from fleetrl.envs.records import write_jsonl
 from fleetrl.envs.suites import load_tasks
-from fleetrl.types import Task
 
 SEED = "fleetrl-micro-control-v1"
-
-
-def control_train(size: int, repos: Path) -> list[Task]:
-    """`size` new micro tasks with evaluation constants, their repositories written."""
-    names = micro._Names()
-    names.functions |= {spec.function for spec in micro._specs()}  # unique suite-wide
-    rng = random.Random(SEED)
-    order = [(t, kind) for t in TEMPLATES for kind in sorted(t.bugs)]
-    rng.shuffle(order)
-    tasks = []
-    for index in range(size):
-        template, kind = order[index % len(order)]
-        instance_id = f"control-train-{index:04d}"
-        # Drawn as a `val` task (evaluation constants), filed as `train`.
-        spec = micro._make(instance_id, "val", template, kind, rng, names)
-        repo = repos / instance_id
-        task = dataclasses.replace(micro._task(spec, repo), split="train")
-        repo.mkdir(parents=True)
-        (repo / f"{spec.function}.py").write_text(spec.buggy, encoding="utf-8")
-        if commit_all(repo) != task.base_commit:
-            raise RuntimeError(f"{instance_id}: the written repository is not base_commit")
-        tasks.append(task)
-    return tasks
 
 
 def main() -> None:
@@ -58,7 +30,8 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=440)
     args = parser.parse_args()
     args.dir.mkdir(parents=True)
-    tasks = control_train(args.size, args.dir / "repos")
+    # Drawn as `val` tasks (evaluation constants and letters), filed as `train`.
+    tasks = micro.fresh_train_tasks(args.size, "val", SEED, "control-train", args.dir / "repos")
     for split in ("val", "heldout", "heldout-templates"):
         tasks += load_tasks(suite="micro", split=split)
     write_jsonl(tasks, args.dir / "tasks.jsonl")

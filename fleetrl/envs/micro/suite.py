@@ -42,6 +42,7 @@ wording lives in `fleetrl.envs.micro.statement`, beside its parser.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import random
 import string
@@ -50,7 +51,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fleetrl.envs.cache import cache_dir
-from fleetrl.envs.git import flat_commit_sha, unified_diff
+from fleetrl.envs.git import commit_all, flat_commit_sha, unified_diff
 from fleetrl.envs.micro.names import RESERVED_NAMES
 from fleetrl.envs.micro.statement import write_statement
 from fleetrl.envs.micro.templates import TEMPLATES, UNSEEN_TEMPLATES, Template
@@ -296,6 +297,31 @@ def build_suite() -> list[Task]:
     """All micro tasks as fresh Task records (in SPLIT_SIZES order), repositories not written."""
     root = suite_root()
     return [_task(spec, root / spec.instance_id) for spec in _specs()]
+
+
+def fresh_train_tasks(size: int, draw_as: str, seed: str, prefix: str, repos: Path) -> list[Task]:
+    """`size` micro training tasks beyond the suite, drawn like `draw_as` tasks (its
+    templates, constants and letters; bug kinds cycled) from `seed`, with function names
+    no suite task uses; ids `<prefix>-<index>`, repositories written under `repos` (which
+    must not hold them yet). For task folders that train on other symbols than the
+    suite's train split, e.g. the positive control of `scripts/control_tasks.py`."""
+    names = _Names()
+    names.functions |= {spec.function for spec in _specs()}
+    rng = random.Random(seed)
+    order = [(t, kind) for t in templates_of(draw_as) for kind in sorted(t.bugs)]
+    rng.shuffle(order)
+    tasks = []
+    for index in range(size):
+        template, kind = order[index % len(order)]
+        spec = _make(f"{prefix}-{index:04d}", draw_as, template, kind, rng, names)
+        repo = repos / spec.instance_id
+        task = dataclasses.replace(_task(spec, repo), split="train")
+        repo.mkdir(parents=True)
+        (repo / f"{spec.function}.py").write_text(spec.buggy, encoding="utf-8")
+        if commit_all(repo) != task.base_commit:
+            raise RuntimeError(f"{spec.instance_id}: the written repository is not base_commit")
+        tasks.append(task)
+    return tasks
 
 
 def materialise(task: Task, dest: Path) -> None:

@@ -82,3 +82,25 @@ def test_sample_passes_real_pytest_before_and_after_the_gold_patch(
         for node in task.PASS_TO_PASS:
             assert before.outcomes[f"{task.instance_id}/{node}"] == "passed"
     assert len(after.outcomes) == 90 and set(after.outcomes.values()) == {"passed"}
+
+
+def test_fresh_train_tasks_draw_evaluation_symbols_and_check_out(
+    suite: list[Task], tmp_path: Path
+) -> None:
+    """Tasks beyond the suite (the positive control's): filed as train, seeded, function
+    names unused by the suite, repositories at their base commit (checked as they are
+    written), gold patches passing real pytest."""
+    fresh = micro.fresh_train_tasks(8, "val", "test-seed", "extra", tmp_path / "repos")
+    assert [t.instance_id for t in fresh] == [f"extra-{i:04d}" for i in range(8)]
+    assert {t.split for t in fresh} == {"train"}
+    suite_modules = {f for t in suite for f in t.test_files}
+    for task in fresh:
+        assert task.test_files[0] not in suite_modules
+        workspace = checkout(task, tmp_path / "work" / task.instance_id)
+        apply_patch(workspace, task.test_patch)
+        apply_patch(workspace, task.patch)
+    done = run_pytest(tmp_path / "work", timeout=120)
+    assert done.ran and len(done.outcomes) == 8 * 3, done.output
+    assert set(done.outcomes.values()) == {"passed"}
+    again = micro.fresh_train_tasks(8, "val", "test-seed", "extra", tmp_path / "again")
+    assert [t.patch for t in again] == [t.patch for t in fresh]  # seeded
