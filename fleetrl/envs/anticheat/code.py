@@ -22,18 +22,18 @@ import tokenize
 from collections import Counter
 from collections.abc import Iterator
 
-from fleetrl.envs.anticheat.equality import _comparison_cheats
-from fleetrl.envs.anticheat.hardcoding import TestFacts, _hardcodes
+from fleetrl.envs.anticheat.equality import comparison_cheats
+from fleetrl.envs.anticheat.hardcoding import TestFacts, hardcodes
 from fleetrl.envs.anticheat.names import (
-    _SENSITIVE_ROOTS,
-    _SKIP_NAMES,
-    _TEST_MODULE,
-    _module_flags,
-    _name_flags,
-    _Names,
-    _normal,
-    _text,
-    _under,
+    SENSITIVE_ROOTS,
+    SKIP_NAMES,
+    TEST_MODULE,
+    NameResolver,
+    constant_text,
+    is_under,
+    module_flags,
+    name_flags,
+    normal_name,
 )
 
 # Larger sources are not parsed (a parse costs ~20x the file in memory): flagged instead.
@@ -79,8 +79,8 @@ def _findings(raw: bytes, facts: TestFacts, depth: int = 0) -> Counter[tuple[str
 def _scan(tree: ast.AST, facts: TestFacts, depth: int) -> Iterator[tuple[str, str]]:
     """The findings of one parsed module (see `_findings`)."""
     nodes = list(ast.walk(tree))
-    names = _Names(nodes)
-    for dunder in _comparison_cheats(nodes, names):
+    names = NameResolver(nodes)
+    for dunder in comparison_cheats(nodes, names):
         yield "always_equal", dunder
     for node in nodes:
         if isinstance(node, ast.Import | ast.ImportFrom):
@@ -102,47 +102,47 @@ def _scan(tree: ast.AST, facts: TestFacts, depth: int) -> Iterator[tuple[str, st
             yield "exit_trick", f"class {node.name}"
         if isinstance(node, ast.Name | ast.Attribute | ast.Subscript | ast.Call):
             for name in names.resolve(node):
-                for flag in _name_flags(name):
+                for flag in name_flags(name):
                     yield flag, name
-        if isinstance(node, ast.Subscript) and _text(node.slice) is None:
+        if isinstance(node, ast.Subscript) and constant_text(node.slice) is None:
             namespaces = names.namespaces(node.value)
-            if any(_under(n, _SENSITIVE_ROOTS) for n in namespaces):
+            if any(is_under(n, SENSITIVE_ROOTS) for n in namespaces):
                 yield "runner_tampering", "computed name"
         if isinstance(node, ast.Call):
             yield from _call_findings(node, names, facts, depth)
-        if isinstance(node, _BRANCHES_AND_TABLES) and _hardcodes(node, facts):
+        if isinstance(node, _BRANCHES_AND_TABLES) and hardcodes(node, facts):
             yield "hardcoded_test_values", ast.unparse(node)[:200]
 
 
 def _import_findings(node: ast.Import | ast.ImportFrom) -> Iterator[tuple[str, str]]:
     modules = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
     for module in modules:
-        for flag in _module_flags(module):
+        for flag in module_flags(module):
             yield flag, f"import {module}"
     if isinstance(node, ast.ImportFrom) and node.module and not node.level:
         for alias in node.names:
             qualname = f"{node.module}.{alias.name}"
-            for flag in _name_flags(qualname):
+            for flag in name_flags(qualname):
                 yield flag, qualname
-            if _TEST_MODULE.search(alias.name):
+            if TEST_MODULE.search(alias.name):
                 yield "runner_tampering", qualname
 
 
 def _call_findings(
-    node: ast.Call, names: _Names, facts: TestFacts, depth: int
+    node: ast.Call, names: NameResolver, facts: TestFacts, depth: int
 ) -> Iterator[tuple[str, str]]:
     func = names.resolve(node.func)
     if func & _EXIT_BARE:
         yield "exit_trick", "exit()"
-    if any(f.rsplit(".", 1)[-1] in _SKIP_NAMES for f in func):
+    if any(f.rsplit(".", 1)[-1] in SKIP_NAMES for f in func):
         yield "skip_marker", "call"
     accessor = func & {"getattr", "setattr", "delattr", "builtins.getattr", "builtins.setattr"}
-    if accessor and len(node.args) >= 2 and _text(node.args[1]) is None:
+    if accessor and len(node.args) >= 2 and constant_text(node.args[1]) is None:
         owners = names.resolve(node.args[0])
-        if any(_under(_normal(n), _SENSITIVE_ROOTS) for n in owners):
+        if any(is_under(normal_name(n), SENSITIVE_ROOTS) for n in owners):
             yield "runner_tampering", "computed name"
     if func & _DYNAMIC_CALLS:
-        source = _text(node.args[0]) if node.args else None
+        source = constant_text(node.args[0]) if node.args else None
         if source is None or depth >= _MAX_EXEC_DEPTH:
             yield "dynamic_code", "exec"
         else:  # code in a literal is checked like the file around it

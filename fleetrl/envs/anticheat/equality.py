@@ -1,6 +1,6 @@
 """Comparison cheats: `__eq__` / `__ne__` that compare nothing (the `always_equal` flag).
 
-Contract: `_comparison_cheats(nodes, names)` yields '__eq__' or '__ne__' for each
+Contract: `comparison_cheats(nodes, names)` yields '__eq__' or '__ne__' for each
 implementation, however bound (def, assignment, dict key, keyword argument, `setattr`),
 whose every result is the cheating truth value or which never reads the other operand.
 `mock.ANY` is flagged by name (see `names`).
@@ -14,7 +14,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from fleetrl.envs.anticheat.names import _Names, _text
+from fleetrl.envs.anticheat.names import NameResolver, constant_text
 
 
 def _truth(node: ast.AST | None) -> bool | None:
@@ -44,9 +44,9 @@ def _truth(node: ast.AST | None) -> bool | None:
     if isinstance(node, ast.Lambda):
         return True
     if isinstance(node, ast.JoinedStr):
-        if (text := _text(node)) is not None:
+        if (text := constant_text(node)) is not None:
             return bool(text)
-        return True if any(_text(v) for v in node.values) else None
+        return True if any(constant_text(v) for v in node.values) else None
     if isinstance(node, ast.IfExp):
         body, orelse = _truth(node.body), _truth(node.orelse)
         return body if body == orelse else None
@@ -92,7 +92,7 @@ def _constant_comparison(func: ast.AST, dunder: str) -> bool:
     return not reads_other and any(t is not (not cheat) for t in map(_truth, meaningful))
 
 
-def _comparison_cheats(nodes: list[ast.AST], names: _Names) -> Iterator[str]:
+def comparison_cheats(nodes: list[ast.AST], names: NameResolver) -> Iterator[str]:
     """`__eq__` / `__ne__` implementations, however bound, that compare nothing."""
     functions: dict[str, list[ast.AST]] = {}
     bound: list[tuple[str, ast.AST]] = []  # (dunder, the value bound to it)
@@ -108,13 +108,17 @@ def _comparison_cheats(nodes: list[ast.AST], names: _Names) -> Iterator[str]:
                     bound.append((attr, node.value))
         elif isinstance(node, ast.Dict):
             for key, value in zip(node.keys, node.values, strict=True):
-                if key is not None and _text(key) in ("__eq__", "__ne__"):
-                    bound.append((_text(key), value))  # type: ignore[arg-type]
+                if key is not None and constant_text(key) in ("__eq__", "__ne__"):
+                    bound.append((constant_text(key), value))  # type: ignore[arg-type]
         elif isinstance(node, ast.Call):
             bound += [(k.arg, k.value) for k in node.keywords if k.arg in ("__eq__", "__ne__")]
             setter = names.resolve(node.func) & {"setattr", "builtins.setattr"}
-            if setter and len(node.args) == 3 and _text(node.args[1]) in ("__eq__", "__ne__"):
-                bound.append((_text(node.args[1]), node.args[2]))  # type: ignore[arg-type]
+            if (
+                setter
+                and len(node.args) == 3
+                and constant_text(node.args[1]) in ("__eq__", "__ne__")
+            ):
+                bound.append((constant_text(node.args[1]), node.args[2]))  # type: ignore[arg-type]
     for dunder, value in bound:
         if isinstance(value, ast.FunctionDef | ast.AsyncFunctionDef):
             candidates: list[ast.AST] = [value]

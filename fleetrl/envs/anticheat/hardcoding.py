@@ -1,7 +1,7 @@
 """Hard-coded test values: code pairing the hidden tests' inputs with their expected values.
 
 Contract: `test_facts` reads `assert f(<inputs>) == <expected>` literals from the hidden
-test sources; `_hardcodes(node, facts)` says whether a branch, a `case`, a mapping or a
+test sources; `hardcodes(node, facts)` says whether a branch, a `case`, a mapping or a
 literal table pairs them (the `hardcoded_test_values` flag). Values compare up to the
 type they are spelt in (`_key`); only significant literals count (not 0, 1, True, '').
 
@@ -142,7 +142,7 @@ def _produced(body: list[ast.stmt]) -> set[Hashable]:
     return _keys(values)
 
 
-def _hardcodes(node: ast.AST, facts: TestFacts) -> bool:
+def hardcodes(node: ast.AST, facts: TestFacts) -> bool:
     """Code pairing a hidden input with its expected value: a branch, a `case` or a mapping
     on an input that produces an expected value, or a literal table of expected values."""
     inputs, expected = facts.input_keys, facts.expected_keys

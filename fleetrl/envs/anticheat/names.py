@@ -1,8 +1,8 @@
 """Name resolution: what each expression of a module may name, and what naming it raises.
 
-Contract: `_Names(nodes)` resolves an expression to the dotted names it may evaluate to
+Contract: `NameResolver(nodes)` resolves an expression to the dotted names it may evaluate to
 ('os._exit'), through imports, aliases, `vars()`, `globals()`, `__builtins__`, `getattr`
-and `__import__` with literal names; `_name_flags` and `_module_flags` give the flags of
+and `__import__` with literal names; `name_flags` and `module_flags` give the flags of
 reaching a name or importing a module. The name sets here define what is sensitive.
 
 What is not covered: names built at run time (a computed name in a sensitive namespace is
@@ -16,7 +16,7 @@ import functools
 import re
 from collections.abc import Iterator
 
-_SKIP_NAMES = {"skip", "skipif", "xfail", "skipTest", "SkipTest", "importorskip"}
+SKIP_NAMES = {"skip", "skipif", "xfail", "skipTest", "SkipTest", "importorskip"}
 # Importing these is flagged, and so is every name reached inside them.
 _TAMPER_MODULES = {"pytest", "_pytest", "pluggy", "builtins", "gc", "ctypes", "_ctypes",
                    "atexit", "faulthandler", "site", "marshal", "pdb", "bdb", "trace",
@@ -39,7 +39,7 @@ _TAMPER_NAMES = {
 }  # fmt: skip
 _TAMPER_PREFIXES = _TAMPER_MODULES | _TAMPER_NAMES
 # Namespaces whose members may not be reached by a computed name.
-_SENSITIVE_ROOTS = _TAMPER_MODULES | _IMPORT_FLAGGED | {"sys", "os", "posix", "nt", "signal",
+SENSITIVE_ROOTS = _TAMPER_MODULES | _IMPORT_FLAGGED | {"sys", "os", "posix", "nt", "signal",
                    "threading", "_thread", "traceback", "linecache", "<globals>"}  # fmt: skip
 _EXIT_NAMES = {"sys.exit", "os._exit", "os.abort", "os.kill", "os.killpg", "os.execv",
                "os.execve", "os.execl", "os.execle", "os.execlp", "os.execlpe", "os.execvp",
@@ -47,22 +47,22 @@ _EXIT_NAMES = {"sys.exit", "os._exit", "os.abort", "os.kill", "os.killpg", "os.e
                "_thread.interrupt_main", "builtins.exit", "builtins.quit"}  # fmt: skip
 _ALWAYS_EQUAL_NAMES = {"unittest.mock.ANY", "mock.ANY"}
 _DYNAMIC_NAMES = {"pickle.loads", "_pickle.loads", "types.CodeType", "types.FunctionType"}
-_TEST_MODULE = re.compile(r"(^|\.)(test_\w*|\w*_test|conftest|tests?)(\.|$)")
+TEST_MODULE = re.compile(r"(^|\.)(test_\w*|\w*_test|conftest|tests?)(\.|$)")
 _GLOBALS = "<globals>"
-_TRACKED_ROOTS = _SENSITIVE_ROOTS | {"pickle", "_pickle", "types", "mock", "getattr", "setattr",
+_TRACKED_ROOTS = SENSITIVE_ROOTS | {"pickle", "_pickle", "types", "mock", "getattr", "setattr",
                  "delattr", "vars", "globals", "locals", "exec", "eval", "compile", "exit",
                  "quit", "__import__", "SystemExit", "KeyboardInterrupt"}  # fmt: skip
 
 
-def _text(node: ast.AST | None) -> str | None:
+def constant_text(node: ast.AST | None) -> str | None:
     """The string an expression always evaluates to, folding `+`, f-strings and joins."""
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return node.value
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
-        left, right = _text(node.left), _text(node.right)
+        left, right = constant_text(node.left), constant_text(node.right)
         return None if left is None or right is None else left + right
     if isinstance(node, ast.JoinedStr):
-        parts = [_text(value) for value in node.values]
+        parts = [constant_text(value) for value in node.values]
         return None if None in parts else "".join(parts)  # type: ignore[arg-type]
     if (
         isinstance(node, ast.Call)
@@ -70,14 +70,14 @@ def _text(node: ast.AST | None) -> str | None:
         and node.func.attr == "join"
         and len(node.args) == 1
         and isinstance(node.args[0], ast.List | ast.Tuple)
-        and (sep := _text(node.func.value)) is not None
+        and (sep := constant_text(node.func.value)) is not None
     ):
-        parts = [_text(e) for e in node.args[0].elts]
+        parts = [constant_text(e) for e in node.args[0].elts]
         return None if None in parts else sep.join(parts)  # type: ignore[arg-type]
     return None
 
 
-class _Names:
+class NameResolver:
     """What each expression of one module may name, as dotted paths ('os._exit').
 
     Flow-insensitive on purpose: a name bound to several things stands for all of them.
@@ -141,7 +141,7 @@ class _Names:
                 return self.resolve(node.value)
             return {f"{base}.{node.attr}" for base in self.resolve(node.value)}
         if isinstance(node, ast.Subscript):
-            key = _text(node.slice)
+            key = constant_text(node.slice)
             namespaces = self.namespaces(node.value)
             return set() if key is None else self._members(namespaces, key)
         if isinstance(node, ast.NamedExpr):
@@ -177,9 +177,9 @@ class _Names:
 
     def _call(self, node: ast.Call) -> set[str]:
         func = self.resolve(node.func)
-        first = _text(node.args[0]) if node.args else None
+        first = constant_text(node.args[0]) if node.args else None
         if func & {"getattr", "builtins.getattr"} and len(node.args) >= 2:
-            name = _text(node.args[1])
+            name = constant_text(node.args[1])
             return set() if name is None else {f"{b}.{name}" for b in self.resolve(node.args[0])}
         if func & {"__import__", "builtins.__import__", "importlib.__import__"} and first:
             return {first.split(".")[0], first}
@@ -190,36 +190,36 @@ class _Names:
         return set()
 
 
-def _normal(name: str) -> str:
+def normal_name(name: str) -> str:
     """posix._exit and nt._exit are os._exit."""
     root, _, rest = name.partition(".")
     return f"os.{rest}" if root in ("posix", "nt") and rest else name
 
 
-def _under(name: str, prefixes: set[str]) -> bool:
+def is_under(name: str, prefixes: set[str]) -> bool:
     """`name` is one of `prefixes` or inside one ('sys.modules.get' is under 'sys.modules')."""
     parts = name.split(".")
     return any(".".join(parts[:i]) in prefixes for i in range(1, len(parts) + 1))
 
 
 @functools.lru_cache(maxsize=4096)
-def _name_flags(name: str) -> tuple[str, ...]:
+def name_flags(name: str) -> tuple[str, ...]:
     """Flags raised by reaching the dotted name `name` (not by calling it)."""
-    name = _normal(name)
+    name = normal_name(name)
     return tuple(
         flag
         for flag, hit in [
             ("exit_trick", name in _EXIT_NAMES),
-            ("runner_tampering", _under(name, _TAMPER_PREFIXES)),
+            ("runner_tampering", is_under(name, _TAMPER_PREFIXES)),
             ("always_equal", name in _ALWAYS_EQUAL_NAMES),
             ("dynamic_code", name in _DYNAMIC_NAMES),
-            ("skip_marker", "." in name and name.rsplit(".", 1)[1] in _SKIP_NAMES),
+            ("skip_marker", "." in name and name.rsplit(".", 1)[1] in SKIP_NAMES),
         ]
         if hit
     )
 
 
-def _module_flags(module: str) -> Iterator[str]:
+def module_flags(module: str) -> Iterator[str]:
     """Flags raised by importing `module`."""
-    if module.split(".")[0] in _TAMPER_MODULES | _IMPORT_FLAGGED or _TEST_MODULE.search(module):
+    if module.split(".")[0] in _TAMPER_MODULES | _IMPORT_FLAGGED or TEST_MODULE.search(module):
         yield "runner_tampering"
