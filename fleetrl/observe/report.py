@@ -5,7 +5,7 @@ Role: `write_report(run_dir)` reads `run_dir/metrics.jsonl` (see `fleetrl.observ
 `run_dir/report.html`; given the regions' own metrics (read from the run's store by the
 caller, `fleetrl.store.region_metrics`, so regions that ran elsewhere show too), a table
 per region. The page has no external assets: plots are inline base64 PNGs drawn
-by matplotlib (object API, Agg renderer; the global pyplot backend is not touched).
+by `fleetrl.observe.charts`.
 
 Contract: the metric keys read, by record kind (`SECTIONS` below is the source of truth; every
 key is a field of the kind's record in `fleetrl.observe.records`, checked on import):
@@ -35,53 +35,26 @@ Not covered: interactive plots, comparing several runs, live refresh.
 
 from __future__ import annotations
 
-import base64
 import datetime
 import html
-import io
 import json
-import math
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
+from fleetrl.observe.charts import SMOOTH_ABOVE, figure_png, human_bytes
 from fleetrl.observe.metrics import read_metrics
-from fleetrl.observe.records import RECORDS, EvalRecord, Record, SyncRecord, TrainRecord
-
-Records = dict[str, list[dict[str, Any]]]  # kind → its records, in step order
+from fleetrl.observe.panels import Panel, Records, is_number, numeric, series
+from fleetrl.observe.records import EvalRecord, SyncRecord, TrainRecord
 
 _FINAL_WINDOW = 10  # "final" train numbers are the mean of this many last steps (one is noise)
-_SMOOTH_ABOVE = 50  # series longer than this get a moving average over the faint raw line
-_MAX_STALENESS_BANDS = 8  # staleness >= 7 shares the last band; more colours are unreadable
-
-
-def series(record: type[Record], key: str) -> str:
-    """The series name "kind.key" of a record's field. Raises `ValueError` if the record has
-    no such field: a panel naming a key that nothing logs fails when this module loads."""
-    if key not in {f.name for f in fields(record)}:
-        raise ValueError(f"{record.__name__} has no field {key!r}: nothing logs it")
-    return f"{record.kind}.{key}"
 
 
 _train = partial(series, TrainRecord)
 _sync = partial(series, SyncRecord)
 _eval = partial(series, EvalRecord)
-
-
-@dataclass(frozen=True)
-class Panel:
-    """One subplot: series named "kind.key", drawn as lines or stacked areas."""
-
-    title: str
-    series: tuple[str, ...]
-    ylabel: str = ""
-    # line (smoothed when long) | points (first series as dots, not smoothed: spikes such as
-    # full snapshots matter; the others as reference lines beneath) | stack (the keys
-    # stacked) | hist (one list key's entries as shares, stacked)
-    style: Literal["line", "points", "stack", "hist"] = "line"
-    log_bytes: bool = False  # y axis on a log scale, labelled in kB/MB/GB
 
 
 @dataclass(frozen=True)
@@ -196,7 +169,7 @@ def write_report(run_dir: Path, regions: dict[str, list[dict[str, Any]]] | None 
         f"<h1>fleetrl run report: {_esc(run_dir.name)}</h1>",
         f"<p class='sub'>{len(raw)} records from {_esc(str(metrics_path))}, generated "
         f"{_utc(time.time())}. In plots of more than "
-        f"{_SMOOTH_ABOVE} points the faint line is per step and the bold one a moving "
+        f"{SMOOTH_ABOVE} points the faint line is per step and the bold one a moving "
         "average.</p>",
         _summary_table(run_dir.name, raw, records, evals),
         "<nav>"
@@ -228,22 +201,10 @@ def _by_kind(raw: list[dict[str, Any]]) -> Records:
     return records
 
 
-def _numeric(records: Records, name: str) -> tuple[list[int], list[float]]:
-    """(steps, values) of the "kind.key" series where the value is a finite number."""
-    kind, key = name.split(".", 1)
-    rows = [(r["step"], float(r[key])) for r in records.get(kind, []) if _is_number(r.get(key))]
-    return [step for step, _ in rows], [value for _, value in rows]
-
-
 def _logged(records: Records, name: str) -> bool:
     """Whether any record of the series' kind has its key."""
     kind, key = name.split(".", 1)
     return any(r.get(key) is not None for r in records.get(kind, []))
-
-
-def _is_number(value: Any) -> bool:
-    """A finite int or float (bools, strings, lists, NaN and infinities are not plotted)."""
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 # ---- summary -------------------------------------------------------------------------------
@@ -254,8 +215,8 @@ def _summary_table(
 ) -> str:
     """The table at the top of the page: the run's headline numbers."""
     missing = "<span class='missing'>not logged</span>"
-    times = [r["time"] for r in raw if _is_number(r.get("time"))]
-    walls = [r["wall"] for r in raw if _is_number(r.get("wall"))]
+    times = [r["time"] for r in raw if is_number(r.get("time"))]
+    walls = [r["wall"] for r in raw if is_number(r.get("wall"))]
     train = records.get(TrainRecord.kind, [])
     rows = [
         ("run", _esc(name)),
@@ -265,7 +226,7 @@ def _summary_table(
     ]
     finals = (("final reward", _train("reward")), ("final pass rate", _train("pass_rate")))
     for label, name in finals:
-        values = _numeric(records, name)[1][-_FINAL_WINDOW:]
+        values = numeric(records, name)[1][-_FINAL_WINDOW:]
         if values:
             rows.append((label, f"{_mean(values):.3f} (mean of last {len(values)} steps)"))
         else:
@@ -274,7 +235,7 @@ def _summary_table(
     rows.append(("weight sync", _sync_summary(records) or missing))
     speeds = []
     for key, unit in (("samples_per_s", "samples/s"), ("tokens_per_s", "tokens/s")):
-        values = _numeric(records, _train(key))[1]
+        values = numeric(records, _train(key))[1]
         if values:
             speeds.append(f"{_mean(values):,.1f} {unit}")
     rows.append(("mean throughput", ", ".join(speeds) or missing))
@@ -287,14 +248,14 @@ def _base_vs_final(records: Records, evals: dict[str, Any]) -> str | None:
     if isinstance(evals.get("base"), dict) and isinstance(evals.get("final"), dict):
         pairs = [("base", evals["base"]), ("final", evals["final"])]
     else:
-        points = [r for r in records.get(EvalRecord.kind, []) if _is_number(r.get("pass_at_1"))]
+        points = [r for r in records.get(EvalRecord.kind, []) if is_number(r.get("pass_at_1"))]
         if not points:
             return None
         ends = [points[0], points[-1]] if len(points) > 1 else [points[0]]
         pairs = [(f"step {r['step']}", r) for r in ends]
     text = " → ".join(f"{_esc(label)}: {_pass_at_1(s)}" for label, s in pairs)
     first, last = (s.get("pass_at_1") for _, s in (pairs[0], pairs[-1]))
-    if len(pairs) == 2 and _is_number(first) and _is_number(last):
+    if len(pairs) == 2 and is_number(first) and is_number(last):
         text += f" (Δ {last - first:+.3f})"
     return text
 
@@ -302,9 +263,9 @@ def _base_vs_final(records: Records, evals: dict[str, Any]) -> str | None:
 def _pass_at_1(summary: dict[str, Any]) -> str:
     """'0.312 [0.250, 0.371], n=200' with whatever of those fields the summary has."""
     value = summary.get("pass_at_1")
-    text = f"{value:.3f}" if _is_number(value) else "?"
+    text = f"{value:.3f}" if is_number(value) else "?"
     low, high = summary.get("ci_low"), summary.get("ci_high")
-    if _is_number(low) and _is_number(high):
+    if is_number(low) and is_number(high):
         text += f" [{low:.3f}, {high:.3f}]"
     if "n" in summary:
         text += f", n={_esc(str(summary['n']))}"
@@ -313,20 +274,20 @@ def _pass_at_1(summary: dict[str, Any]) -> str:
 
 def _sync_summary(records: Records) -> str | None:
     """Total bytes sent, compared with full snapshots, and the mean engine pause."""
-    sent = _numeric(records, _sync("sync_bytes"))[1]
+    sent = numeric(records, _sync("sync_bytes"))[1]
     if not sent:
         return None
-    text = f"{_human_bytes(sum(sent))} over {len(sent)} version{'s' * (len(sent) != 1)}"
-    full = _numeric(records, _sync("full_bytes"))[1]
+    text = f"{human_bytes(sum(sent))} over {len(sent)} version{'s' * (len(sent) != 1)}"
+    full = numeric(records, _sync("full_bytes"))[1]
     if full and sum(sent) > 0:
-        text += f" (full snapshots: {_human_bytes(sum(full))}, {sum(full) / sum(sent):.1f}x more)"
-    pauses = _numeric(records, _sync("sync_pause_ms"))[1]
+        text += f" (full snapshots: {human_bytes(sum(full))}, {sum(full) / sum(sent):.1f}x more)"
+    pauses = numeric(records, _sync("sync_pause_ms"))[1]
     if pauses:
         text += f"; mean pause {_mean(pauses):.1f} ms"
     return text
 
 
-# ---- plots ---------------------------------------------------------------------------------
+# ---- plotted sections ----------------------------------------------------------------------
 
 
 def _section_html(section: Section, records: Records) -> str:
@@ -336,156 +297,10 @@ def _section_html(section: Section, records: Records) -> str:
     if not any(_logged(records, name) for name in names):
         keys = ", ".join(names)
         return f"{head}<p class='missing'>not logged ({_esc(keys)})</p></section>"
-    png = _figure_png(section.panels, records)
+    png = figure_png(section.panels, records)
     image = f"<img alt='{_esc(section.title)}' src='data:image/png;base64,{png}'>"
     caption = f"<figcaption>{_esc(section.caption)}</figcaption>"
     return f"{head}<figure>{image}{caption}</figure></section>"
-
-
-def _figure_png(panels: tuple[Panel, ...], records: Records) -> str:
-    """Draw the panels two per row; return the PNG as base64 text."""
-    try:
-        from matplotlib.figure import Figure
-        from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
-    except ImportError as err:
-        raise ImportError("the run report needs matplotlib: pip install matplotlib") from err
-
-    cols = min(2, len(panels))
-    rows = math.ceil(len(panels) / cols)
-    fig = Figure(figsize=(5.5 * cols, 3.1 * rows), dpi=100, layout="constrained")
-    axes = fig.subplots(rows, cols, squeeze=False).flatten()
-    for ax, panel in zip(axes, panels, strict=False):
-        ax.set_title(panel.title, fontsize=11)
-        drawn = _draw_panel(ax, panel, records)
-        if not drawn:
-            note = "not logged\n(" + "\n".join(panel.series) + ")"
-            ax.text(0.5, 0.5, note, ha="center", va="center", color="0.4", transform=ax.transAxes)
-            ax.set_xticks([])
-            ax.set_yticks([])
-            continue
-        kind = panel.series[0].split(".", 1)[0]
-        ax.set_xlabel(RECORDS[kind].step_axis)
-        ax.set_ylabel(panel.ylabel)
-        # Steps and versions are whole numbers: no 2.95, 3.00, 3.05 ticks around one point.
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
-        ax.grid(alpha=0.3)
-        if panel.log_bytes:
-            ax.set_yscale("log")
-            # Ticks at 1, 2, 5 x 10^k labelled in kB/MB/GB; log minor labels would be 2x10^6.
-            ax.yaxis.set_major_locator(LogLocator(subs=(1, 2, 5)))
-            ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: _human_bytes(y)))
-            ax.yaxis.set_minor_formatter(NullFormatter())
-        if ax.get_legend() is None and len(ax.get_legend_handles_labels()[0]) > 1:
-            ax.legend(fontsize=8)
-    for ax in axes[len(panels) :]:
-        ax.set_visible(False)
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png")
-    return base64.b64encode(buffer.getvalue()).decode("ascii")
-
-
-def _draw_panel(ax: Any, panel: Panel, records: Records) -> bool:
-    """Draw one panel's series on `ax`; False if none of them was logged."""
-    if panel.style == "stack":
-        return _draw_stack(ax, panel, records)
-    if panel.style == "hist":
-        return _draw_hist(ax, panel, records)
-    drawn = False
-    kinds = {name.split(".", 1)[0] for name in panel.series}
-    for index, name in enumerate(panel.series):
-        steps, values = _numeric(records, name)
-        if not steps:
-            continue
-        drawn = True
-        kind, key = name.split(".", 1)
-        style = {"color": f"C{index}", "label": f"{key} ({kind})" if len(kinds) > 1 else key}
-        if kind == EvalRecord.kind:
-            _draw_eval(ax, records, key, style)
-        elif panel.style == "points" and index == 0:
-            ax.plot(steps, values, "o", markersize=3, zorder=3, **style)
-        elif panel.style == "points":
-            ax.plot(steps, values, linewidth=1.5, zorder=2, **style)
-        elif len(values) > _SMOOTH_ABOVE:
-            # Per-step values are noisy: faint raw line, bold moving average on top.
-            ax.plot(steps, values, color=style["color"], alpha=0.25, linewidth=0.8)
-            ax.plot(steps, _smooth(values), **style)
-        else:
-            ax.plot(steps, values, marker="o", markersize=3, **style)
-    return drawn
-
-
-def _draw_eval(ax: Any, records: Records, key: str, style: dict[str, str]) -> None:
-    """Eval points, with error bars when every point has ci_low and ci_high."""
-    points = [r for r in records.get(EvalRecord.kind, []) if _is_number(r.get(key))]
-    steps, values = [r["step"] for r in points], [r[key] for r in points]
-    yerr = None
-    if all(_is_number(r.get("ci_low")) and _is_number(r.get("ci_high")) for r in points):
-        yerr = [[r[key] - r["ci_low"] for r in points], [r["ci_high"] - r[key] for r in points]]
-    dense = len(points) > 30  # frequent evals: small marks, or the bars merge into a blob
-    marks = {"markersize": 2, "capsize": 0} if dense else {"markersize": 5, "capsize": 3}
-    ax.errorbar(steps, values, yerr=yerr, fmt="o", zorder=3, **marks, **style)
-
-
-def _draw_stack(ax: Any, panel: Panel, records: Records) -> bool:
-    """Stack the series (e.g. the parts of a step's time), aligned by step."""
-    columns = {name: dict(zip(*_numeric(records, name), strict=True)) for name in panel.series}
-    columns = {name: column for name, column in columns.items() if column}
-    if not columns:
-        return False
-    steps = sorted({step for column in columns.values() for step in column})
-    rows = [_smooth([column.get(step, 0.0) for step in steps]) for column in columns.values()]
-    labels = [name.split(".", 1)[1] for name in columns]
-    ax.stackplot(steps, rows, labels=labels, alpha=0.85)
-    # Outside the axes: a stack fills the panel, so any legend inside hides data.
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
-    return True
-
-
-def _draw_hist(ax: Any, panel: Panel, records: Records) -> bool:
-    """Stack the entries of a list-valued series: band i is the share at staleness i."""
-    from matplotlib import colormaps
-
-    kind, key = panel.series[0].split(".", 1)
-    points = [r for r in records.get(kind, []) if isinstance(r.get(key), list) and r[key]]
-    if not points:
-        return False
-    levels = max(len(r[key]) for r in points)
-    bands = min(_MAX_STALENESS_BANDS, levels)
-    rows = [[0.0] * len(points) for _ in range(bands)]
-    for column, record in enumerate(points):
-        # Shares, not counts: the distribution stays readable when the batch size varies.
-        total = sum(record[key]) or 1
-        for level, count in enumerate(record[key]):
-            rows[min(level, bands - 1)][column] += count / total
-    labels = [str(level) for level in range(bands)]
-    if levels > bands:
-        labels[-1] = f"≥{bands - 1}"
-    colors = [colormaps["viridis"](i / max(1, bands - 1)) for i in range(bands)]
-    steps = [r["step"] for r in points]
-    ax.stackplot(steps, [_smooth(row) for row in rows], labels=labels, colors=colors)
-    # Always a legend (the colours mean nothing without it), outside the full panel.
-    ax.legend(
-        title="versions behind",
-        title_fontsize=8,
-        fontsize=8,
-        loc="upper left",
-        bbox_to_anchor=(1.01, 1),
-    )
-    return True
-
-
-def _smooth(values: list[float]) -> list[float]:
-    """A trailing moving average for long series (window ~4 % of the length); short ones as is."""
-    if len(values) <= _SMOOTH_ABOVE:
-        return values
-    window = max(5, len(values) // 25)
-    out, total = [], 0.0
-    for i, value in enumerate(values):
-        total += value
-        if i >= window:
-            total -= values[i - window]
-        out.append(total / min(i + 1, window))
-    return out
 
 
 # ---- other sections and formatting ---------------------------------------------------------
@@ -544,9 +359,9 @@ def _regions_html(regions: dict[str, list[dict[str, Any]]]) -> str:
         cells = (
             f"{len(applied)} ({applied[-1]['version']})" if applied else "0",
             f"{_mean(fetch):.0f} / {_mean(pause):.1f} ms" if applied else "",
-            _human_bytes(sum(r["bytes"] for r in applied)),
+            human_bytes(sum(r["bytes"] for r in applied)),
             str(len(relayed)),
-            _human_bytes(sum(r["bytes"] for r in relayed)) if relayed else "",
+            human_bytes(sum(r["bytes"] for r in relayed)) if relayed else "",
             f"{len(groups) - dropped} / {dropped}",
             f"{len(episodes)} ({_mean(episodes):.1f})" if episodes else "0",
             str(sum(n for g in groups for n in g.get("failures", {}).values())),
@@ -594,15 +409,6 @@ def _fmt(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
     return "" if value is None else _esc(str(value))
-
-
-def _human_bytes(size: float) -> str:
-    """1234567 → '1.23 MB' (decimal units, as network and storage bills count)."""
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if abs(size) < 1000 or unit == "TB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.3g} {unit}"
-        size /= 1000
-    raise AssertionError("unreachable")
 
 
 def _duration(seconds: float) -> str:

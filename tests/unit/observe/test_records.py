@@ -5,8 +5,9 @@ from dataclasses import fields
 
 import pytest
 
+from fleetrl.observe.panels import series
 from fleetrl.observe.records import RECORDS, EvalRecord, SyncRecord, TrainRecord
-from fleetrl.observe.report import SECTIONS, series
+from fleetrl.observe.report import SECTIONS
 
 # The keys of metrics.jsonl as the trainer and the orchestrator wrote them before these
 # types existed, in their order: the format the records must keep.
