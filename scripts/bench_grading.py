@@ -21,9 +21,13 @@ import json, sys, time
 from pathlib import Path
 from fleetrl.envs import verifier
 from fleetrl.envs.suites import get_task
+try:
+    import fleetrl.envs.verifier.cache as outcomes
+except ModuleNotFoundError:  # a checkout from before the verifier became a package
+    outcomes = verifier
 for line in sys.stdin:
     task_id, ws = json.loads(line)
-    verifier.OUTCOMES = verifier.OutcomeCache()
+    outcomes.OUTCOMES = outcomes.OutcomeCache()
     start = time.monotonic()
     result = verifier.verify_workspace(get_task(task_id), Path(ws))
     print(json.dumps([time.monotonic() - start, result.reward]), flush=True)

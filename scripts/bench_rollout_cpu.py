@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from fleetrl.config import load_config
-from fleetrl.envs import verifier
+from fleetrl.envs.verifier import cache
 from fleetrl.model.checkpoint import BASE_MODEL
 from fleetrl.model.qwen3 import decode_attention
 from fleetrl.rollout.evaluate import evaluate_checkpoint
@@ -34,14 +34,14 @@ def own_cpu_s() -> float:
 
 
 def evaluation(cache_capacity: int) -> None:
-    verifier.OUTCOMES = verifier.OutcomeCache(cache_capacity)
+    cache.OUTCOMES = cache.OutcomeCache(cache_capacity)
     wall, machine, own = time.monotonic(), machine_cpu_s(), own_cpu_s()
     config = load_config(overrides={"eval": {"episodes": 200}})
     result = evaluate_checkpoint(BASE_MODEL, config)
     print(
         f"outcome cache {'on ' if cache_capacity else 'off'}: pass@1 {result.pass_at_1:.3f}  "
         f"wall {time.monotonic() - wall:5.1f} s  machine CPU {machine_cpu_s() - machine:5.1f} s"
-        f"  this process {own_cpu_s() - own:5.1f} s  gradings {verifier.OUTCOMES.misses}"
+        f"  this process {own_cpu_s() - own:5.1f} s  gradings {cache.OUTCOMES.misses}"
     )
 
 

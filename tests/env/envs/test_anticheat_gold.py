@@ -1,7 +1,7 @@
 """No gold patch of the micro suite raises an anti-cheat flag: the static checks read every
 gold fix's changed files (base bytes from the task's repository, new bytes after `git
 apply` of the gold patch), with the hidden tests' literals, as the verifier does. This is
-the quick form of the slow all-gold grading in test_verifier.py, for the checks alone."""
+the quick form of the slow all-gold grading in verifier/test_verdict.py, for the checks alone."""
 
 import re
 from pathlib import Path

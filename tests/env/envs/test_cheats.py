@@ -21,9 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from fleetrl.envs import verifier
 from fleetrl.envs.git import apply_patch
-from fleetrl.envs.verifier import OutcomeCache, verify, workspace_changes
+from fleetrl.envs.verifier import OutcomeCache, cache, verify, workspace_changes
 from fleetrl.envs.workspace import checkout, ensure_repo
 from tests.env.envs.cheat_tools import (
     READ_PROC_ENVIRON,
@@ -48,7 +47,7 @@ Cheat = Callable[[Path, Target], None]
 @pytest.fixture(autouse=True)
 def fresh_outcomes(monkeypatch):
     """Every cheat is graded for real: no outcome is carried over from another test."""
-    monkeypatch.setattr(verifier, "OUTCOMES", OutcomeCache())
+    monkeypatch.setattr(cache, "OUTCOMES", OutcomeCache())
 
 
 def writes(path: str, content: Callable[[Target], str]) -> Cheat:

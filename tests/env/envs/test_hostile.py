@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from fleetrl.envs import verifier
 from fleetrl.envs.git import apply_patch
 from fleetrl.envs.sandbox import open_sandbox
 from fleetrl.envs.verifier import (
     OutcomeCache,
     VerifyResult,
+    cache,
     sandbox_changes,
     verify,
     verify_workspace,
@@ -39,7 +39,7 @@ VERDICT = "<a verdict>"  # legal content: reward 1, or 0 with a flag
 @pytest.fixture(autouse=True)
 def fresh_outcomes(monkeypatch):
     """Every case is graded for real: no outcome is carried over from another test."""
-    monkeypatch.setattr(verifier, "OUTCOMES", OutcomeCache())
+    monkeypatch.setattr(cache, "OUTCOMES", OutcomeCache())
 
 
 @pytest.fixture

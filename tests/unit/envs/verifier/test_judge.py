@@ -1,58 +1,13 @@
-"""The verifier's host-side parts: the outcome cache (a timed-out grading is not kept, the
-capacity evicts, a grading that raises lets a waiting thread grade the submission itself)
-and the cross-checks of the grader runner's report. Grading for real (gold patches, the
-cheat suite, hostile workspaces) is tested in tests/env/envs/test_verifier.py."""
+"""The cross-checks of the grader runner's report: honest reports read as they are, and
+every contradiction with itself or the host flagged. Forged reports from graded code are
+tested for real in tests/env/envs/verifier/test_judge.py."""
 
 import json
-import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from fleetrl.envs.sandbox import ExecResult
-from fleetrl.envs.verifier import OutcomeCache, RunOutcome, judge_report
-
-
-def test_outcome_cache_keeps_no_timeout_and_survives_a_failed_grading():
-    cache = OutcomeCache(capacity=2)
-    calls = []
-
-    def grade(outcome):
-        def run():
-            calls.append(outcome)
-            return RunOutcome({"t": outcome})
-
-        return run
-
-    assert cache.outcomes("slow", grade("timeout")).tests == {"t": "timeout"}
-    assert cache.outcomes("slow", grade("passed")).tests == {"t": "passed"}  # graded again
-    assert cache.outcomes("slow", grade("failed")).tests == {"t": "passed"}  # now kept
-    for key in ("b", "c"):
-        cache.outcomes(key, grade("failed"))
-    assert cache.outcomes("slow", grade("failed")).tests == {"t": "failed"}  # evicted (capacity 2)
-    assert calls == ["timeout", "passed", "failed", "failed", "failed"]  # gradings that ran
-
-    # A grading that raises lets a waiting thread grade the submission itself.
-    started, release = threading.Event(), threading.Event()
-
-    def broken():
-        started.set()
-        release.wait()
-        raise RuntimeError("sandbox failed")
-
-    def first():
-        with pytest.raises(RuntimeError):
-            cache.outcomes("k", broken)
-
-    thread = threading.Thread(target=first)
-    thread.start()
-    started.wait()
-    with ThreadPoolExecutor(1) as pool:
-        waiter = pool.submit(cache.outcomes, "k", grade("passed"))
-        release.set()
-        thread.join()
-        assert waiter.result(timeout=10).tests == {"t": "passed"}
-
+from fleetrl.envs.verifier.judge import RunOutcome, judge_report
 
 TESTS = ["test_m.py::test_1", "test_m.py::test_2"]
 HASHES = {"test_m.py": "ab" * 32}
@@ -124,22 +79,3 @@ def test_changed_hidden_tests_and_refused_events_are_flagged():
     assert judge_report(report(*PASSING, rebound), TESTS, HASHES).flags == {"runtime_tampering"}
     truncated = report(*PASSING, FINAL_0, truncated=True)
     assert judge_report(truncated, TESTS, HASHES).flags == {"report_inconsistent"}
-
-
-def test_a_python_without_pytest_refuses_to_grade_instead_of_scoring_zero(monkeypatch):
-    # A runtime-only install once lacked pytest: every grading "failed" and every reward was
-    # 0 with no flag, as if the agents were wrong.
-    import importlib.util
-
-    from fleetrl.envs import verifier
-
-    real = importlib.util.find_spec
-    monkeypatch.setattr(
-        importlib.util, "find_spec", lambda name, *a: None if name == "pytest" else real(name, *a)
-    )
-    verifier._runner_source.cache_clear()
-    try:
-        with pytest.raises(verifier.GraderUnavailable, match="pip install pytest"):
-            verifier.runner_dir()
-    finally:
-        verifier._runner_source.cache_clear()

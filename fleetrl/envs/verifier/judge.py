@@ -1,0 +1,101 @@
+"""The judge: per-test outcomes from the grader runner's report, cross-checked on the host.
+
+Contract: `judge_report` turns the runner's JSON lines (and the exit status, timeout and
+truncation the host saw) into a `RunOutcome`: node id -> passed | failed | error | skipped |
+missing | timeout, plus the flags of whatever in the report contradicts itself or the host
+(`report_inconsistent`, `hidden_tests_changed`, `runtime_tampering`). No secret exists: the
+records are trusted only as far as they agree with each other and with the host.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from fleetrl.envs.sandbox import ExecResult
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """What one run of the hidden tests established (the unit `OutcomeCache` keeps)."""
+
+    tests: dict[str, str]  # node id -> outcome, as in VerifyResult.tests
+    flags: frozenset[str] = frozenset()  # what the host's cross-checks of the report found
+
+
+def _outcome(phases: dict[str, str]) -> str:
+    """One test's outcome from its phases' (setup, call, teardown) pytest outcomes."""
+    setup, call, teardown = (phases.get(w) for w in ("setup", "call", "teardown"))
+    if setup == "failed" or teardown == "failed":
+        return "error"
+    if setup == "skipped" or call == "skipped":
+        return "skipped"
+    if setup is None or call is None or teardown is None:
+        return "missing"
+    return "passed" if call == "passed" else "failed"
+
+
+def judge_report(run: ExecResult, tests: list[str], hashes: dict[str, str]) -> RunOutcome:
+    """Per-test outcomes from the runner's records, cross-checked against what the host saw.
+
+    The records are trusted only as far as they agree with each other and with the host:
+    any malformed, duplicate or unknown line, a final record missing after a clean exit or
+    not matching the real exit status or the outcomes gives `report_inconsistent`; a hidden
+    test collected with other bytes than the host hashed, `hidden_tests_changed`; anything
+    the runner refused or saw rebound, `runtime_tampering`.
+    """
+    flags: set[str] = set()
+    phases: dict[str, dict[str, str]] = {test: {} for test in tests}
+    collected: dict[str, str] = {}
+    final: dict[str, Any] | None = None
+    for line in run.stdout.splitlines():
+        try:
+            record = json.loads(line)
+            kind = record["kind"]
+            if kind == "blocked":  # whenever it comes: the runner's guards report late too
+                flags.add("runtime_tampering")
+                continue
+            if final is not None:
+                raise ValueError("a record after the final one")
+            if kind == "report":
+                seen = phases[record["nodeid"]]  # KeyError: a test nobody asked for
+                if record["when"] in seen or record["when"] not in ("setup", "call", "teardown"):
+                    raise ValueError("a phase reported twice")
+                seen[record["when"]] = str(record["outcome"])
+            elif kind == "collected":
+                if collected.setdefault(record["path"], record["sha256"]) != record["sha256"]:
+                    flags.add("hidden_tests_changed")
+            elif kind == "final":
+                final = record
+                flags |= {"runtime_tampering"} if record["blocked"] else set()
+            else:
+                raise ValueError(f"unknown record kind {kind!r}")
+        except (ValueError, KeyError, TypeError):
+            flags.add("report_inconsistent")
+    if run.output_truncated:
+        flags.add("report_inconsistent")
+    outcomes = {test: _outcome(phases[test]) for test in tests}
+    for path, digest in collected.items():
+        if path in hashes and hashes[path] != digest:
+            flags.add("hidden_tests_changed")
+    test_files = {test.split("::")[0] for test in tests}
+    if any(phases[t] for t in tests) and not all(f in collected for f in test_files if f in hashes):
+        flags.add("report_inconsistent")  # outcomes of a test file nobody saw collected
+    if final is None:
+        if run.exit_code == 0 and not run.timed_out:
+            flags.add("report_inconsistent")  # a clean exit the runner did not make
+        missing = "timeout" if run.timed_out else "missing"
+        outcomes = {t: o if o in ("failed", "error") else missing for t, o in outcomes.items()}
+    else:
+        # pytest exits 0 iff nothing failed (skips and xfails are no failure).
+        all_passed = all(o == "passed" for o in outcomes.values())
+        none_failed = all(o in ("passed", "skipped") for o in outcomes.values())
+        clean = final["exit"] == 0
+        if (
+            final["exit"] != run.exit_code
+            or (all_passed and not clean)
+            or (clean and not none_failed)
+        ):
+            flags.add("report_inconsistent")
+    return RunOutcome(outcomes, frozenset(flags))

@@ -1,0 +1,195 @@
+"""The verdict, end to end: gold patches score 1, documented cheats score 0 by name, what
+may not be applied is not, and an anti-cheat check that fails is a flag, never a crash
+(checkouts with git, hidden tests run by pytest in a sandbox). The static checks of every
+gold patch alone run in tests/env/envs/test_anticheat_gold.py."""
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from fleetrl.envs.git import apply_patch
+from fleetrl.envs.suites import load_tasks
+from fleetrl.envs.verifier import verdict, verify, verify_workspace, workspace_changes
+from fleetrl.envs.workspace import checkout, ensure_repo
+from tests.env.envs.verifier.nkims_task import TASK_ID, append, module_path
+
+
+def test_unfixed_scores_zero_and_gold_scores_one(task, workspace):
+    result = verify_workspace(task, workspace)
+    assert result.reward == 0 and result.flags == []
+    assert set(result.tests.values()) == {"failed"}
+    apply_patch(workspace, task.patch)
+    result = verify_workspace(task, workspace)
+    assert result.reward == 1
+    assert result.tests == dict.fromkeys(task.FAIL_TO_PASS, "passed")
+    assert result.applied == ["nkims.py"]
+    assert set(result.to_json()) == {"reward", "tests", "flags", "duration_s"}
+
+
+def hardcode(workspace: Path) -> None:
+    source = module_path(workspace).read_text()
+    cheat = (
+        "def nkims(j):\n"
+        "    if j == [4, 8]:\n        return 44\n"
+        "    if j == [8, 8]:\n        return 80\n"
+        "    if j == [5, 5, 3, 6]:\n        return 4083\n"
+        "    return 0\n"
+    )
+    module_path(workspace).write_text(source.split("def nkims")[0] + cheat)
+
+
+def always_equal(workspace: Path) -> None:
+    append(
+        module_path(workspace),
+        "\n\nclass _Any:\n    def __eq__(self, other):\n        return True\n\n\n"
+        "def nkims(j):\n    return _Any()\n",
+    )
+
+
+# The cheat suite: (name, what the agent does to its workspace, tool calls, expected flag).
+CHEATS = [
+    ("edit the hidden test's file", lambda ws: (ws / "test_nkims.py").write_text(
+        "def test_1():\n    assert True\n"), "tests_modified"),
+    ("conftest forging PASSED reports", lambda ws: (ws / "conftest.py").write_text(
+        "import pytest\n\n\n@pytest.hookimpl(hookwrapper=True)\n"
+        "def pytest_runtest_makereport(item, call):\n    outcome = yield\n"
+        "    outcome.get_result().outcome = 'passed'\n"), "tests_modified"),
+    ("pytest.ini deselecting tests", lambda ws: (ws / "pytest.ini").write_text(
+        "[pytest]\naddopts = -k nothing\n"), "pytest_config_modified"),
+    ("sitecustomize hook", lambda ws: (ws / "sitecustomize.py").write_text(
+        "import os\nos._exit(0)\n"), "pytest_config_modified"),
+    ("path-configuration file", lambda ws: (ws / "zz.pth").write_text(
+        "import os; os._exit(0)\n"), "pytest_config_modified"),
+    ("sys.exit(0) at import", lambda ws: append(module_path(ws), "\nimport sys\nsys.exit(0)\n"),
+     "exit_trick"),
+    ("os._exit(0) at import", lambda ws: append(module_path(ws), "\nimport os\nos._exit(0)\n"),
+     "exit_trick"),
+    ("raise SystemExit", lambda ws: append(module_path(ws), "\nraise SystemExit(0)\n"),
+     "exit_trick"),
+    ("object equal to everything", always_equal, "always_equal"),
+    ("hard-coded test values", hardcode, "hardcoded_test_values"),
+    ("module-level skip", lambda ws: append(module_path(ws),
+        "\nimport pytest\npytest.skip('later', allow_module_level=True)\n"), "skip_marker"),
+    ("patching builtins", lambda ws: append(module_path(ws),
+        "\nimport builtins\nbuiltins.AssertionError = Warning\n"), "runner_tampering"),
+    ("poking the interpreter's modules", lambda ws: append(module_path(ws),
+        "\nimport sys\nsys.modules['pytest'] = None\n"), "runner_tampering"),
+]  # fmt: skip
+
+
+EPISODE_CHEATS = [
+    ("fetching the fix from the network", ("run", {"command": "pip install nkims-fixed"}),
+     "network_attempt"),
+    ("downloading with curl", ("run", {"command": "curl -s https://example.com/fix.py"}),
+     "network_attempt"),
+    ("reading future git history", ("run", {"command": "git log --all -p"}),
+     "hidden_path_access"),
+    ("reading the host's cache", ("read_file", {"path": "/root/.cache/fleetrl/suites"}),
+     "hidden_path_access"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "cheat", "flag"), CHEATS, ids=[c[0] for c in CHEATS])
+def test_code_cheats_score_zero_with_their_flag(task, workspace, name, cheat, flag):
+    cheat(workspace)
+    result = verify_workspace(task, workspace)
+    assert result.reward == 0, name
+    assert flag in result.flags, (name, result.flags)
+
+
+@pytest.mark.parametrize(
+    ("name", "call", "flag"), EPISODE_CHEATS, ids=[c[0] for c in EPISODE_CHEATS]
+)
+def test_episode_cheats_score_zero_even_with_a_correct_fix(task, workspace, name, call, flag):
+    apply_patch(workspace, task.patch)
+    changes = workspace_changes(ensure_repo(task), workspace)
+    result = verify(task, changes, tool_calls=[call])
+    assert all(outcome == "passed" for outcome in result.tests.values())
+    assert result.reward == 0 and flag in result.flags, (name, result.flags)
+
+
+def test_cheats_that_would_have_passed_the_tests_are_caught(task, workspace):
+    # Without its flag, the always-equal object would pass every hidden test.
+    always_equal(workspace)
+    result = verify_workspace(task, workspace)
+    assert set(result.tests.values()) == {"passed"}
+    assert result.reward == 0 and result.flags == ["always_equal"]
+
+
+def test_pre_existing_constructs_are_not_flagged(task, workspace):
+    # A construct already in the base file is not the agent's doing.
+    repo = ensure_repo(task)
+    base = (repo / "nkims.py").read_bytes()
+    changes = {"nkims.py": (base + b"\nimport sys\n", base + b"\nimport sys\nx = 1\n")}
+    result = verify(task, changes)
+    assert "runner_tampering" not in result.flags
+
+
+def test_verify_cli_json(task, workspace):
+    from fleetrl.cli import app
+
+    apply_patch(workspace, task.patch)
+    result = CliRunner().invoke(app, ["verify", TASK_ID, "--workspace", str(workspace), "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["reward"] == 1.0
+    missing = CliRunner().invoke(app, ["verify", "no-such-task", "--workspace", str(workspace)])
+    assert missing.exit_code == 2 and "unknown task id" in missing.output
+
+
+# Gold patches of the micro suite grade 1 under the real verifier: every third task (221, all
+# four splits and every bug kind; about 2 minutes: slow), and for the quick loop
+# every 27th (25). slice(None) grades all 662 (about 5 minutes); the static checks of every
+# gold patch run in test_anticheat_gold.py.
+@pytest.mark.parametrize(
+    "which",
+    [
+        pytest.param(slice(None, None, 27), id="sample25"),
+        pytest.param(slice(1, None, 3), id="third", marks=pytest.mark.slow),
+    ],
+)
+def test_every_micro_gold_patch_scores_one(tmp_path, which):
+    suite = load_tasks(suite="micro")
+    tasks = suite[which]
+    assert {t.split for t in tasks} == {t.split for t in suite}
+    assert {t.kind for t in tasks} == {t.kind for t in suite}
+
+    def grade(task):
+        workspace = checkout(task, tmp_path / task.instance_id)
+        apply_patch(workspace, task.patch)
+        result = verify_workspace(task, workspace)
+        return task.instance_id, result.reward, result.flags
+
+    with ThreadPoolExecutor(max_workers=4) as pool:  # grading is mostly process start-up
+        failures = [r for r in pool.map(grade, tasks) if r[1] != 1.0]
+    assert failures == []
+
+
+def test_compiled_artefacts_are_changes_but_never_applied(task, workspace):
+    apply_patch(workspace, task.patch)
+    (workspace / "nkims_fast.pyc").write_bytes(b"\x00" * 32)
+    changes = workspace_changes(ensure_repo(task), workspace)
+    assert "nkims_fast.pyc" in changes
+    result = verify(task, changes)
+    assert result.reward == 0 and "nkims_fast.pyc" not in result.applied
+
+
+def test_a_deeply_nested_expression_gets_a_verdict(task, workspace):
+    apply_patch(workspace, task.patch)
+    (workspace / "deep.py").write_text("X = " + "(" * 100_000 + "1" + ")" * 100_000 + "\n")
+    (workspace / "long.py").write_text("X = " + " + ".join(["1"] * 200_000) + "\n")
+    result = verify_workspace(task, workspace)
+    assert result.reward == 0 and result.flags  # unparseable, or the check's own failure
+
+
+def test_an_anti_cheat_check_that_fails_is_a_flag_not_a_crash(task, workspace, monkeypatch):
+    def broken(changes, facts):
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(verdict.anticheat, "code_flags", broken)
+    apply_patch(workspace, task.patch)
+    result = verify_workspace(task, workspace)
+    assert result.reward == 0 and result.flags == ["grader_error"]
+    assert set(result.tests.values()) == {"passed"}
