@@ -28,8 +28,8 @@ from fleetrl.envs.sandbox.types import Change
 
 # Caches and tool state never belong in a patch; .git is the base's history, not the work.
 # Bytecode outside __pycache__ is no cache: Python imports a sourceless .pyc, so it is a
-# change (the verifier flags it).
-IGNORED_DIRS = frozenset({"__pycache__", ".pytest_cache", ".git"})
+# change (the verifier flags it). The verifier ignores the same folders.
+IGNORED_DIRS = frozenset({"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".git"})
 
 
 def is_ignored(rel: str) -> bool:

@@ -18,9 +18,8 @@ import stat
 from pathlib import Path
 
 from fleetrl.envs.sandbox import Sandbox
+from fleetrl.envs.sandbox.changes import IGNORED_DIRS, is_ignored
 
-# Files that are never part of a change: VCS state and interpreter caches.
-_IGNORED_DIRS = {".git", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"}
 # A fix is a source edit: no honest change needs a bigger file, and reading a 64 MiB file
 # whole tripled the grader's memory. Larger changed files are not read (`oversized_file`).
 MAX_FILE_BYTES = 4 << 20
@@ -83,7 +82,7 @@ def _tree(root: str) -> dict[str, os.stat_result]:
     followed; names that are not UTF-8 come back with surrogate escapes."""
     out: dict[str, os.stat_result] = {}
     for dirpath, dirs, names in os.walk(root):
-        dirs[:] = [d for d in dirs if d not in _IGNORED_DIRS]
+        dirs[:] = [d for d in dirs if d not in IGNORED_DIRS]
         for name in [*names, *dirs]:
             path = os.path.join(dirpath, name)
             try:
@@ -135,7 +134,7 @@ def sandbox_changes(sandbox: Sandbox, base: Path) -> Changes:
     """
     changes, budget = Changes(), MAX_CHANGE_BYTES
     for change in sandbox.changes():
-        if set(Path(change.path).parts) & _IGNORED_DIRS:
+        if is_ignored(change.path):
             continue
         old = None if change.kind == "added" else _read_regular(str(base / change.path))
         if change.kind == "deleted":
