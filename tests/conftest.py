@@ -55,6 +55,23 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.fixture
+def without_pytest(monkeypatch: pytest.MonkeyPatch):
+    """This process as if pytest were not installed, for the verifier's grader runner (a
+    runtime-only install once lacked it). Yields the runner module."""
+    import importlib.util
+
+    from fleetrl.envs.verifier import runner
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "pytest" else real(name, *a)
+    )
+    runner._runner_source.cache_clear()
+    yield runner
+    runner._runner_source.cache_clear()
+
+
 # -- store locations ------------------------------------------------------------------------
 # Store tests take `location` (or `new_location`) and run on the backend(s) that their tier's
 # `store_backend` fixture names: a local folder in tests/unit/store, SeaweedFS (the

@@ -6,7 +6,8 @@ compiled artefact), gets the hidden tests' outcome through the process's outcome
 anti-cheat checks still run for every submission), and returns a `VerifyResult`: reward 1
 iff every graded test passed and no flag was raised. It never raises for the agent's
 content (a check or a grading that fails on it is `grader_error`); only `VerifierError`
-(the task is broken) and `SandboxUnavailable` (this machine cannot grade) get through.
+(the task is broken), `SandboxUnavailable` and `GraderUnavailable` (this machine cannot
+grade: no sandbox, no pytest) get through.
 `verify_workspace` grades a workspace directory.
 """
 
@@ -29,7 +30,7 @@ from fleetrl.envs.verifier.hidden import (
     hidden_test_sources,
     touches_hidden,
 )
-from fleetrl.envs.verifier.runner import run_hidden_tests
+from fleetrl.envs.verifier.runner import GraderUnavailable, run_hidden_tests
 from fleetrl.envs.workspace import ensure_repo
 from fleetrl.types import Task
 
@@ -95,7 +96,8 @@ def verify(
     """Grade the agent's `changes` to `task` (and its tool calls, when known).
 
     Never raises for what the agent's content is; `VerifierError` means the task is
-    broken, `SandboxUnavailable` that this machine cannot grade at all.
+    broken, `SandboxUnavailable` or `GraderUnavailable` that this machine cannot grade at
+    all (every reward would be 0 for a reason that is not the agent's).
     """
     start = time.monotonic()
     repo = ensure_repo(task)
@@ -106,7 +108,7 @@ def verify(
             cache.submission_key(task, graded),
             lambda: run_hidden_tests(task, repo, graded, limits or Limits(wall_s=timeout), timeout),
         )
-    except (VerifierError, SandboxUnavailable):
+    except (VerifierError, SandboxUnavailable, GraderUnavailable):
         raise
     except Exception:
         logger.exception("%s: grading failed on the agent's content", task.instance_id)

@@ -193,3 +193,9 @@ def test_an_anti_cheat_check_that_fails_is_a_flag_not_a_crash(task, workspace, m
     result = verify_workspace(task, workspace)
     assert result.reward == 0 and result.flags == ["grader_error"]
     assert set(result.tests.values()) == {"passed"}
+
+
+def test_a_python_without_pytest_refuses_to_grade(task, workspace, without_pytest):
+    # Not reward 0 with `grader_error` for every episode: that reads as agents being wrong.
+    with pytest.raises(without_pytest.GraderUnavailable, match="pip install pytest"):
+        verify_workspace(task, workspace)
