@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from fleetrl.config import TasksSection
 from fleetrl.envs.micro import suite as micro
 from fleetrl.envs.records import TaskError, load_task_dir
 from fleetrl.types import Task
@@ -77,6 +78,14 @@ def load_tasks(
         known = f"its splits: {', '.join(splits)}" if splits else "its tasks have no split"
         raise TaskError(f"no split {split!r} in {where} ({known})")
     return chosen
+
+
+def configured_tasks(source: TasksSection, split: str) -> list[Task]:
+    """The tasks of `split` that a run configuration's `tasks` section names: its task
+    folder when set, else its bundled suite (`load_tasks`)."""
+    if source.tasks_dir is not None:
+        return load_tasks(tasks_dir=Path(source.tasks_dir), split=split)
+    return load_tasks(suite=source.suite, split=split)
 
 
 def get_task(instance_id: str, suite: str | None = None, tasks_dir: Path | None = None) -> Task:

@@ -27,9 +27,9 @@ from typing import Any
 
 import torch
 
-from fleetrl.config import RunConfig, with_overrides
+from fleetrl.config import RunConfig, TasksSection, with_overrides
 from fleetrl.envs.records import TaskError
-from fleetrl.envs.suites import load_tasks
+from fleetrl.envs.suites import configured_tasks
 from fleetrl.orchestrate.local import run_local
 from fleetrl.orchestrate.sft import run_sft
 from fleetrl.rollout.evaluate import choose_temperature, protocol_report
@@ -91,10 +91,11 @@ def sft_more_overrides(state: dict[str, Any], base: Path, seconds: float) -> dic
     } | {key: recorded[key] for key in ("batch_size", "copies", "plans") if key in recorded}
 
 
-def demonstrated_tasks(state: dict[str, Any], config: RunConfig) -> dict[str, Any]:
+def demonstrated_tasks(state: dict[str, Any], config: RunConfig) -> TasksSection:
     """The `tasks` settings of the base's own demonstrations, which SFT-more continues on:
     those its sft.json records, else (an sft.json older than the record) the run's."""
-    return state["about"].get("tasks_source") or config.tasks.model_dump()
+    recorded = state["about"].get("tasks_source")
+    return TasksSection.model_validate(recorded) if recorded else config.tasks
 
 
 def final_weights_time(final: Path) -> float:
@@ -114,22 +115,16 @@ def check_splits(config: RunConfig) -> None:
         )
     for split in (source.split, config.eval.val_split, *SPLITS):
         try:
-            if source.tasks_dir is not None:
-                load_tasks(tasks_dir=Path(source.tasks_dir), split=split)
-            else:
-                load_tasks(suite=source.suite, split=split)
+            configured_tasks(source, split)
         except TaskError as err:
             raise LearningBenchError(str(err)) from None
 
 
-def check_demonstrated(tasks: dict[str, Any]) -> None:
+def check_demonstrated(source: TasksSection) -> None:
     """Fail early when the base's demonstrated tasks (`demonstrated_tasks`) cannot be
     loaded here, e.g. a task folder the base was trained on that is gone."""
     try:
-        if tasks.get("tasks_dir") is not None:
-            load_tasks(tasks_dir=Path(tasks["tasks_dir"]), split=tasks["split"])
-        else:
-            load_tasks(suite=tasks["suite"], split=tasks["split"])
+        configured_tasks(source, source.split)
     except TaskError as err:
         raise LearningBenchError(f"the base's demonstrated tasks: {err}") from None
 
@@ -226,7 +221,8 @@ def run_learning_bench(
 
     say(f"sft_more: SFT continued from {base} for {rl_wall_s:.0f} s, RL's wall time")
     sft_config = with_overrides(
-        config, {"sft": sft_more_overrides(state, base, rl_wall_s), "tasks": sft_tasks}
+        config,
+        {"sft": sft_more_overrides(state, base, rl_wall_s), "tasks": sft_tasks.model_dump()},
     )
     sft = run_sft(sft_config, run_dir / "sft_more", echo=say, progress=progress)
     if sft.stopped == "interrupted":  # SFT keeps its weights on Ctrl-C; the bench stops
@@ -246,7 +242,7 @@ def run_learning_bench(
         "sft_more_steps": sft.steps,
         "sft_more_lr": sft_config.sft.lr,
         "sft_more_batch_size": sft_config.sft.batch_size,
-        "sft_more_tasks": sft_tasks,
+        "sft_more_tasks": sft_tasks.model_dump(),
         "eval_s": {m: models[m]["eval_s"] for m in MODELS},
     }
     (run_dir / "learning.json").write_text(json.dumps(document, indent=2) + "\n")

@@ -23,7 +23,7 @@ from fleetrl.config import RunConfig
 from fleetrl.envs.micro.expert import PLANS
 from fleetrl.envs.records import TaskError
 from fleetrl.envs.sandbox import SandboxError
-from fleetrl.envs.suites import load_tasks
+from fleetrl.envs.suites import configured_tasks
 from fleetrl.model.checkpoint import CheckpointError, init_model, load_pretrained
 from fleetrl.model.qwen3 import Qwen3
 from fleetrl.model.tokenizer import Tokenizer, bundled_tokenizer
@@ -65,12 +65,8 @@ def _model(config: RunConfig) -> tuple[Qwen3, Tokenizer]:
 
 def _tasks(config: RunConfig, split: str) -> list[Task]:
     """The tasks of `split` to demonstrate, the first `sft.max_tasks` of it."""
-    source = config.tasks
     try:
-        if source.tasks_dir is not None:
-            tasks = load_tasks(tasks_dir=Path(source.tasks_dir), split=split)
-        else:
-            tasks = load_tasks(suite=source.suite, split=split)
+        tasks = configured_tasks(config.tasks, split)
     except TaskError as err:
         raise SftError(_first_line(err)) from None
     if any(task.suite != "micro" for task in tasks):

@@ -38,7 +38,7 @@ import numpy as np
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from fleetrl.config import RunConfig
-from fleetrl.envs.suites import load_tasks
+from fleetrl.envs.suites import configured_tasks
 from fleetrl.model.checkpoint import load_pretrained
 from fleetrl.model.tokenizer import Tokenizer
 from fleetrl.rollout.worker import Rollouts, rollout_engine
@@ -211,11 +211,7 @@ def pick_temperature(sweep: dict[float, EvalResult]) -> float:
 def split_tasks(config: RunConfig, split: str) -> list[Task]:
     """The configured tasks of `split` (its first `eval.max_tasks` when set); TaskError
     when the split does not exist."""
-    tasks = load_tasks(
-        suite=None if config.tasks.tasks_dir else config.tasks.suite,
-        tasks_dir=Path(config.tasks.tasks_dir) if config.tasks.tasks_dir else None,
-        split=split,
-    )
+    tasks = configured_tasks(config.tasks, split)
     return tasks[: config.eval.max_tasks] if config.eval.max_tasks else tasks
 
 

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from fleetrl.cli import app
-from fleetrl.config import RunConfig
+from fleetrl.config import RunConfig, TasksSection
 from fleetrl.orchestrate.learning_bench import (
     SPLITS,
     LearningBenchError,
@@ -79,13 +79,14 @@ def test_sft_more_continues_the_base_recipe_at_its_final_learning_rate(tmp_path)
 def test_sft_more_continues_on_the_tasks_the_base_was_demonstrated(tmp_path):
     rl_tasks = RunConfig.model_validate({"tasks": {"tasks_dir": str(tmp_path)}})
     recorded = {"suite": "micro", "split": "train", "tasks_dir": None}
-    assert demonstrated_tasks({"about": {"tasks_source": recorded}}, rl_tasks) == recorded
+    demonstrated = demonstrated_tasks({"about": {"tasks_source": recorded}}, rl_tasks)
+    assert demonstrated.model_dump() == recorded
     # An sft.json that predates the record: the run's tasks, as before.
     older = demonstrated_tasks({"about": {"tasks": 440}}, rl_tasks)
-    assert older["tasks_dir"] == str(tmp_path)
-    check_demonstrated(recorded)
+    assert older.tasks_dir == str(tmp_path)
+    check_demonstrated(demonstrated)
     with pytest.raises(LearningBenchError, match="the base's demonstrated tasks"):
-        check_demonstrated({"suite": "micro", "split": "gone", "tasks_dir": None})
+        check_demonstrated(TasksSection(suite="micro", split="gone"))
 
 
 def test_sft_curve_keeps_validation_losses_only_when_measured():
