@@ -317,7 +317,7 @@ def fresh_train_tasks(size: int, draw_as: str, seed: str, prefix: str, repos: Pa
         repo = repos / spec.instance_id
         task = dataclasses.replace(_task(spec, repo), split="train")
         repo.mkdir(parents=True)
-        (repo / f"{spec.function}.py").write_text(spec.buggy, encoding="utf-8")
+        _write_base(spec, repo)
         if commit_all(repo) != task.base_commit:
             raise RuntimeError(f"{spec.instance_id}: the written repository is not base_commit")
         tasks.append(task)
@@ -326,5 +326,9 @@ def fresh_train_tasks(size: int, draw_as: str, seed: str, prefix: str, repos: Pa
 
 def materialise(task: Task, dest: Path) -> None:
     """Write a micro task's base tree (the buggy module only) into the empty folder `dest`."""
-    spec = _spec_by_id()[task.instance_id]
+    _write_base(_spec_by_id()[task.instance_id], dest)
+
+
+def _write_base(spec: _Spec, dest: Path) -> None:
+    """A task's base tree: the buggy module only."""
     (dest / f"{spec.function}.py").write_text(spec.buggy, encoding="utf-8")
