@@ -4,7 +4,7 @@
         ─▶ segments as padded sequences (inputs, targets, loss mask, behaviour logprobs,
            sampling temperature, replayed MoE experts)
         ─▶ π_prox: logprobs of the exact sampled tokens at the current weights, once,
-           before any update (with one minibatch: the first forward's, detached)
+           before any update (the first minibatch's: its own forward's, detached)
         ─▶ per minibatch: forward with router replay ─▶ corrected policy loss
            ─▶ backward (micro-batches accumulate) ─▶ clip ─▶ AdamW
 
@@ -157,7 +157,7 @@ def _prepare(
     bf16: bool,
 ) -> list[MicroBatch]:
     """Collate one minibatch into micro-batches with their fixed logprobs, before any
-    update: π_prox when `proximal` (more than one minibatch), π_ref with a KL term."""
+    update: π_prox when `proximal` (every minibatch after the first), π_ref with a KL term."""
     prepared = []
     for first in range(0, len(part), config.micro_batch_size):
         batch = collate(part[first : first + config.micro_batch_size])
@@ -192,8 +192,11 @@ def train_step(
     model.train()
     parts = minibatches(samples, config.minibatches)
     # π_prox is fixed for the whole step: every minibatch's ratio is against the weights
-    # at entry. One minibatch needs no extra forward: its own is at those weights.
-    prepared = [_prepare(model, p, config, reference, len(parts) > 1, bf16) for p in parts]
+    # at entry. The first minibatch needs no extra forward: its own is at those weights.
+    prepared = [
+        _prepare(model, part, config, reference, index > 0, bf16)
+        for index, part in enumerate(parts)
+    ]
     # Token-weighted sums of the loss's per-token statistics, and plain sums of the rest.
     weighted: dict[str, float] = {}
     loss_sum = entropy_sum = grad_norm_sum = 0.0

@@ -285,6 +285,24 @@ def test_minibatches_move_the_ratio_so_the_clip_acts():
     assert four["train_sequences"] == 4 and four["mismatch_abs_logprob"] < 1e-5
 
 
+def test_the_first_minibatch_reads_its_proximal_logprobs_from_its_own_forward():
+    model = tiny_model()
+    samples, _ = samples_from_groups([clip_group(model)], "drgrpo")
+    batch = collate(samples)
+    with torch.no_grad():
+        separate = token_logprobs(model, batch)[0]
+    own = token_logprobs(model, batch)[0].detach()  # the forward that is trained on
+    assert torch.equal(separate, own)  # so a separate forward would add nothing
+
+    forwards = []
+    model.register_forward_hook(lambda *_: forwards.append(1))
+    config = TrainerSection(bf16=False, micro_batch_size=1, minibatches=2)
+    train_step(model, torch.optim.AdamW(model.parameters(), lr=1e-3), samples, config)
+    # 4 samples in 2 minibatches of 2 micro-batches: 4 trained forwards, and π_prox
+    # forwards for the second minibatch only.
+    assert len(forwards) == 4 + 2
+
+
 def test_minibatches_span_the_batch_and_never_come_out_empty():
     model = tiny_model()
     samples = [TrainSample(make_segment(model, [1], [2] * n), 0.0) for n in (5, 1, 3, 2, 4)]
