@@ -108,7 +108,10 @@ def sft(
     ] = None,
     max_tasks: Annotated[
         int | None,
-        typer.Option(help="Demonstrate only the first N training tasks, 0: all \\[sft.max_tasks]."),
+        typer.Option(
+            help="Demonstrate only the first N training tasks (and validate on the first N "
+            "validation tasks), 0: all \\[sft.max_tasks]."
+        ),
     ] = None,
     save_every: Annotated[
         int | None,

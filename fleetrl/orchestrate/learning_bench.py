@@ -40,6 +40,7 @@ SPLITS = {"heldout": "heldout", "heldout-templates": "heldout_templates"}  # spl
 RL_OVER_BASE = 0.10  # pass@1 points RL must gain over the base (with separated intervals)
 RL_OVER_SFT_MORE = 0.05  # pass@1 points RL must gain over SFT given the same wall time
 SFT_MORE_STEPS = 1_000_000  # the step budget never binds: `max_seconds` ends SFT-more
+RECIPE_KEYS = ("batch_size", "copies", "plans", "max_tasks")  # which demonstrations, how batched
 EPSILON = 1e-9  # 0.3 - 0.2 >= 0.1 must hold in floating point
 
 
@@ -73,10 +74,10 @@ def sft_curve(state: dict[str, Any]) -> dict[str, Any]:
 def sft_more_overrides(state: dict[str, Any], base: Path, seconds: float) -> dict[str, Any]:
     """The `sft` settings of SFT continued from `base` for `seconds` of training.
 
-    Same demonstrations and batch as the base's run (its recorded `batch_size`, `copies`
-    and `plans`; the run configuration's where its sft.json predates them), at the learning
-    rate the base's cosine ended at (`lr x min_lr_ratio`), held constant without warmup,
-    and without validation losses (nothing stops it but the time)."""
+    Same demonstrations and batch as the base's run (its recorded `batch_size`, `copies`,
+    `plans` and `max_tasks`; the run configuration's where its sft.json predates them), at
+    the learning rate the base's cosine ended at (`lr x min_lr_ratio`), held constant
+    without warmup, and without validation losses (nothing stops it but the time)."""
     recorded = state["config"]
     return {
         "init": str(base),
@@ -88,7 +89,7 @@ def sft_more_overrides(state: dict[str, Any], base: Path, seconds: float) -> dic
         "val_every": 0,
         "patience": 0,
         "save_every": 0,
-    } | {key: recorded[key] for key in ("batch_size", "copies", "plans") if key in recorded}
+    } | {key: recorded[key] for key in RECIPE_KEYS if key in recorded}
 
 
 def demonstrated_tasks(state: dict[str, Any], config: RunConfig) -> TasksSection:

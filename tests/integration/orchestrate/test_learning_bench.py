@@ -66,14 +66,17 @@ def test_goals_fail_on_overlapping_intervals_small_margins_and_flat_recovery():
 
 def test_sft_more_continues_the_base_recipe_at_its_final_learning_rate(tmp_path):
     recipe = {"lr": 1.5e-3, "min_lr_ratio": 0.1, "batch_size": 16, "copies": 3, "plans": ["fix"]}
+    recipe["max_tasks"] = 60  # a base demonstrated on part of the split continues on that part
     overrides = sft_more_overrides({"config": recipe}, tmp_path, 42.0)
     assert overrides["lr"] == pytest.approx(1.5e-4) and overrides["min_lr_ratio"] == 1.0
     assert (overrides["batch_size"], overrides["copies"], overrides["plans"]) == (16, 3, ["fix"])
+    assert overrides["max_tasks"] == 60
     assert (overrides["max_seconds"], overrides["init"]) == (42.0, str(tmp_path))
     assert overrides["warmup_steps"] == 0 and overrides["val_every"] == 0
     # An sft.json that predates `copies` leaves the run configuration's value.
     older = sft_more_overrides({"config": {"lr": 1e-3, "min_lr_ratio": 0.5}}, tmp_path, 1.0)
-    assert "copies" not in older and "plans" not in older and older["lr"] == pytest.approx(5e-4)
+    assert not {"copies", "plans", "max_tasks"} & older.keys()
+    assert older["lr"] == pytest.approx(5e-4)
 
 
 def test_sft_more_continues_on_the_tasks_the_base_was_demonstrated(tmp_path):
