@@ -45,6 +45,13 @@ def eval_command(
     threads: Annotated[int | None, typer.Option(help="torch CPU threads \\[eval.threads].")] = None,
     config_file: ConfigOption = None,
     set_: SetOption = None,
+    transcripts: Annotated[
+        Path | None,
+        typer.Option(
+            help="Also write every episode (task, reward, how it ended, the conversation as "
+            "the model saw it) to this file as JSON lines, each as it is graded."
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
 ) -> None:
     """pass@1 of a checkpoint on a task split at one temperature, with a 95% bootstrap
@@ -72,6 +79,10 @@ def eval_command(
         )
     if samples is not None and episodes is not None:
         raise fail("give --samples or --episodes, not both")
+    if transcripts is not None and not transcripts.parent.is_dir():
+        raise fail(f"--transcripts: no directory {transcripts.parent}")
+    if transcripts is not None and transcripts.is_dir():
+        raise fail(f"--transcripts: {transcripts} is a directory, give a file path")
     import math
     import time
 
@@ -89,7 +100,7 @@ def eval_command(
     try:
         per_task = math.ceil(episodes / len(split_tasks(config, split))) if episodes else None
         chosen = None if best_temperature else config.rollout.temperature
-        document = protocol_report(path, config, split, chosen, not as_json, per_task)
+        document = protocol_report(path, config, split, chosen, not as_json, per_task, transcripts)
     except (TaskError, CheckpointError, EvalError, FileNotFoundError) as err:
         raise fail(str(err)) from None
     if as_json:

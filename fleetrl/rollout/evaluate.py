@@ -26,13 +26,14 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 import math
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TextIO, TypeVar
 
 import numpy as np
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -227,11 +228,15 @@ class _Run:
 
 class _Session:
     """One checkpoint behind one engine: runs given together go through it concurrently
-    and share its budget of episodes in flight; one progress bar per run."""
+    and share its budget of episodes in flight; one progress bar per run; each graded
+    episode written to `transcripts` when given (`episode_record`)."""
 
-    def __init__(self, rollouts: Rollouts, bar: Progress | None) -> None:
+    def __init__(
+        self, rollouts: Rollouts, bar: Progress | None, transcripts: TextIO | None = None
+    ) -> None:
         self.rollouts = rollouts
         self.bar = bar
+        self.transcripts = transcripts
 
     async def run(self, runs: list[_Run]) -> list[EvalResult]:
         """The results of `runs`, in order."""
@@ -242,21 +247,49 @@ class _Session:
         # parameters (temperature) differ between runs.
         rollouts = copy.copy(self.rollouts)
         rollouts.sampling = SamplingParams(temperature=run.temperature)
-        return await evaluate_policy(rollouts, run.tasks, run.samples, self._advance(run))
+        return await evaluate_policy(rollouts, run.tasks, run.samples, self._on_episode(run))
 
-    def _advance(self, run: _Run) -> Callable[[Trajectory], None] | None:
-        bar = self.bar
-        if bar is None:
+    def _on_episode(self, run: _Run) -> Callable[[Trajectory], None] | None:
+        bar, out = self.bar, self.transcripts
+        if bar is None and out is None:
             return None
-        job = bar.add_task(run.label, total=run.samples * len(run.tasks), passed=0)
+        job = bar.add_task(run.label, total=run.samples * len(run.tasks), passed=0) if bar else 0
+        split_of = {task.instance_id: task.split for task in run.tasks}
         passed = 0
 
-        def advance(trajectory: Trajectory) -> None:
+        def on_episode(trajectory: Trajectory) -> None:
             nonlocal passed
             passed += trajectory.reward >= 1.0
-            bar.update(job, advance=1, passed=passed)
+            if bar is not None:
+                bar.update(job, advance=1, passed=passed)
+            if out is not None:
+                split = split_of[trajectory.task_id]
+                record = episode_record(trajectory, split, run.temperature, self.rollouts.tokenizer)
+                out.write(json.dumps(record) + "\n")
+                out.flush()
 
-        return advance
+        return on_episode
+
+
+def episode_record(
+    trajectory: Trajectory, split: str, temperature: float, tokenizer: Tokenizer
+) -> dict[str, Any]:
+    """One graded episode as a JSON document for reading what a model did, not only how
+    often it passed: its task, outcome and the text of each context window (prompt, the
+    model's replies and the tool results, as the model saw them)."""
+    return {
+        "task_id": trajectory.task_id,
+        "split": split,
+        "temperature": temperature,
+        "reward": trajectory.reward,
+        "finish_reason": trajectory.finish_reason,
+        "turns": trajectory.turns,
+        "tool_calls": trajectory.tool_calls,
+        "tool_errors": trajectory.tool_errors,
+        "failed_edits": trajectory.failed_edits,
+        "flags": trajectory.flags,
+        "windows": [tokenizer.decode(segment.token_ids) for segment in trajectory.segments],
+    }
 
 
 def _in_session(
@@ -264,21 +297,28 @@ def _in_session(
     config: RunConfig,
     work: Callable[[_Session], Awaitable[_T]],
     progress: bool,
+    transcripts: Path | None = None,
 ) -> _T:
     """Load the checkpoint once, start one engine sized for `eval.max_concurrent` episodes,
-    and run `work` with it (under progress bars when `progress`)."""
+    and run `work` with it (under progress bars when `progress`; every graded episode
+    written to `transcripts` as a JSON line when given; the file is replaced)."""
     model = load_pretrained(checkpoint)
     tokenizer = Tokenizer.from_pretrained(checkpoint)
     episodes, gradings = config.eval.max_concurrent, config.eval.max_concurrent_verify
 
     async def main(bar: Progress | None) -> _T:
         engine = rollout_engine(model, config.harness, episodes, config.trainer.seed)
+        out = None
         try:
             rollouts = Rollouts(
                 engine, tokenizer, config.harness, config.rollout, episodes, gradings
             )
-            return await work(_Session(rollouts, bar))
+            if transcripts is not None:
+                out = transcripts.open("w", encoding="utf-8")
+            return await work(_Session(rollouts, bar, out))
         finally:
+            if out is not None:
+                out.close()
             await engine.close()
 
     if not progress:
@@ -404,6 +444,7 @@ def protocol_report(
     temperature: float | None = None,
     progress: bool = False,
     samples: int | None = None,
+    transcripts: Path | None = None,
 ) -> dict[str, Any]:
     """The protocol's document for `split` (the `fleetrl eval --json` output).
 
@@ -414,7 +455,8 @@ def protocol_report(
     how it was estimated; greedy (one sample per task) with greedy_ci; val_sweep
     {str(T): pass@1 on val} when the temperature was chosen. At temperature 0 the greedy
     run is the reported run. The sweep and the greedy run share one batch, then the
-    reported run follows, all through one engine."""
+    reported run follows, all through one engine. `transcripts`: every episode of these
+    runs written there as a JSON line (`episode_record`) as it is graded."""
     samples = samples or config.eval.samples
     if temperature is None:
         _refuse_choosing_on(config, split)
@@ -440,7 +482,7 @@ def protocol_report(
         reported.val_sweep = _sweep_figures(sweep)
         return _document(split, reported, greedy)
 
-    return _in_session(checkpoint, config, work, progress)
+    return _in_session(checkpoint, config, work, progress, transcripts)
 
 
 def _document(split: str, reported: EvalResult, greedy: EvalResult) -> dict[str, Any]:
