@@ -6,7 +6,7 @@
       │                (the regions' shutdown after them is `rl_run_s`, not W)
       └─▶ sft_more: SFT continued from the base on the same demonstrations (the tasks
                     its sft.json records, whatever tasks RL trains on), at the learning
-                    rate the base's SFT ended at, for W seconds of training
+                    rate its kept weights were trained at, for W seconds of training
     each of base, rl, sft_more: its temperature chosen on `eval.val_split`, then `heldout`
     and `heldout-templates` at that temperature (`protocol_report`: pass@1 with a bootstrap
     CI, greedy, pass@8, recovery) ─▶ goals ─▶ runs/NAME/learning.json
@@ -27,13 +27,13 @@ from typing import Any
 
 import torch
 
-from fleetrl.config import RunConfig, TasksSection, with_overrides
+from fleetrl.config import RunConfig, SftSection, TasksSection, with_overrides
 from fleetrl.envs.records import TaskError
 from fleetrl.envs.suites import configured_tasks
 from fleetrl.orchestrate.local import run_local
 from fleetrl.orchestrate.sft import run_sft
 from fleetrl.rollout.evaluate import choose_temperature, protocol_report
-from fleetrl.trainer.sft import STATE_FILE
+from fleetrl.trainer.sft import STATE_FILE, lr_at
 
 MODELS = ("base", "rl", "sft_more")
 SPLITS = {"heldout": "heldout", "heldout-templates": "heldout_templates"}  # split: JSON key
@@ -76,20 +76,35 @@ def sft_more_overrides(state: dict[str, Any], base: Path, seconds: float) -> dic
 
     Same demonstrations and batch as the base's run (its recorded `batch_size`, `copies`,
     `plans` and `max_tasks`; the run configuration's where its sft.json predates them), at
-    the learning rate the base's cosine ended at (`lr x min_lr_ratio`), held constant
-    without warmup, and without validation losses (nothing stops it but the time)."""
+    the learning rate of the step that wrote the base's kept weights (`kept_weights_lr`),
+    held constant without warmup, and without validation losses (nothing stops it but
+    the time)."""
     recorded = state["config"]
     return {
         "init": str(base),
         "max_seconds": seconds,
         "steps": SFT_MORE_STEPS,
         "warmup_steps": 0,
-        "lr": recorded["lr"] * recorded["min_lr_ratio"],
+        "lr": kept_weights_lr(state),
         "min_lr_ratio": 1.0,
         "val_every": 0,
         "patience": 0,
         "save_every": 0,
     } | {key: recorded[key] for key in RECIPE_KEYS if key in recorded}
+
+
+def kept_weights_lr(state: dict[str, Any]) -> float:
+    """The learning rate of the base's SFT at the step whose weights it kept (its best
+    validation step, else its last), read off its recorded schedule: where a cosine was
+    cut short by time or a plateau, the rate it had reached, not the one it would have
+    ended at. An sft.json without its result: `lr x min_lr_ratio`, the cosine's end."""
+    recorded, result = state["config"], state.get("result", {})
+    kept = result.get("best_step")
+    kept = result.get("steps") if kept is None else kept
+    if kept is None:
+        return recorded["lr"] * recorded["min_lr_ratio"]
+    schedule = {key: recorded[key] for key in ("steps", "warmup_steps", "lr", "min_lr_ratio")}
+    return lr_at(max(kept - 1, 0), SftSection(**schedule))  # the step whose update wrote them
 
 
 def demonstrated_tasks(state: dict[str, Any], config: RunConfig) -> TasksSection:

@@ -79,6 +79,19 @@ def test_sft_more_continues_the_base_recipe_at_its_final_learning_rate(tmp_path)
     assert older["lr"] == pytest.approx(5e-4)
 
 
+def test_sft_more_starts_at_the_rate_of_the_kept_weights(tmp_path):
+    schedule = {"steps": 1001, "warmup_steps": 0, "lr": 1e-3, "min_lr_ratio": 0.1}
+    # Stopped at its plateau halfway down the cosine, step 500's weights kept: the rate
+    # there, halfway between lr and its floor, not the floor it never reached.
+    halfway = {"config": schedule, "result": {"steps": 650, "best_step": 501}}
+    assert sft_more_overrides(halfway, tmp_path, 1.0)["lr"] == pytest.approx(5.5e-4)
+    # Ran to the end without validation: the floor.
+    finished = {"config": schedule, "result": {"steps": 1001, "best_step": None}}
+    assert sft_more_overrides(finished, tmp_path, 1.0)["lr"] == pytest.approx(1e-4)
+    warm = {"config": schedule | {"warmup_steps": 100}, "result": {"steps": 50}}
+    assert sft_more_overrides(warm, tmp_path, 1.0)["lr"] == pytest.approx(5e-4)
+
+
 def test_sft_more_continues_on_the_tasks_the_base_was_demonstrated(tmp_path):
     rl_tasks = RunConfig.model_validate({"tasks": {"tasks_dir": str(tmp_path)}})
     recorded = {"suite": "micro", "split": "train", "tasks_dir": None}
