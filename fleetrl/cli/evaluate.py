@@ -101,7 +101,7 @@ def eval_command(
         per_task = math.ceil(episodes / len(split_tasks(config, split))) if episodes else None
         chosen = None if best_temperature else config.rollout.temperature
         document = protocol_report(path, config, split, chosen, not as_json, per_task, transcripts)
-    except (TaskError, CheckpointError, EvalError, FileNotFoundError) as err:
+    except (TaskError, CheckpointError, EvalError, FileNotFoundError, PermissionError) as err:
         raise fail(str(err)) from None
     if as_json:
         typer.echo(json.dumps(document, indent=2))

@@ -253,7 +253,11 @@ class _Session:
         bar, out = self.bar, self.transcripts
         if bar is None and out is None:
             return None
-        job = bar.add_task(run.label, total=run.samples * len(run.tasks), passed=0) if bar else 0
+        job = (
+            bar.add_task(run.label, total=run.samples * len(run.tasks), passed=0)
+            if bar is not None
+            else 0
+        )
         split_of = {task.instance_id: task.split for task in run.tasks}
         passed = 0
 
