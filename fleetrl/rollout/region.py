@@ -170,7 +170,9 @@ class Region:
         in_flight: set[asyncio.Task[GroupResult]] = set()
         group_ids: dict[asyncio.Task[GroupResult], str] = {}
         seen_syncs = len(follower.records)
-        last_beat, beat_held = -HEARTBEAT_S, -1
+        # The region announces itself once ready, even if the run ended while it loaded.
+        await asyncio.to_thread(self.heartbeat, follower.held or 0, 0)
+        last_beat, beat_held = time.monotonic(), follower.held or 0
         try:
             while not await asyncio.to_thread(stop_signalled, self.weights.store):
                 held = follower.held or 0
