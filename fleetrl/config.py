@@ -74,6 +74,11 @@ class RolloutSection(_Section):
     """Samples per task drawn together; advantages compare samples of one group."""
     max_concurrent_groups: int = Field(8, ge=1)
     """Groups a region runs at once (C of the admission gate)."""
+    explore_rounds: int = Field(0, ge=0)
+    """A group in which every sample failed draws up to this many more rounds of
+    `group_size` samples of its task, until one succeeds, and trains on all of them: the
+    hard tasks a group of `group_size` fails whole (and dynamic sampling skips) then give
+    their rare successes. The extra samples are outside the admission budget."""
     temperature: float = Field(1.0, ge=0)
     """Sampling temperature of rollouts and evaluations; the trainer computes its logprobs
     at the temperature each segment was sampled at. 0: greedy, for evaluation only (its
