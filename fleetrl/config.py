@@ -75,10 +75,10 @@ class RolloutSection(_Section):
     max_concurrent_groups: int = Field(8, ge=1)
     """Groups a region runs at once (C of the admission gate)."""
     explore_rounds: int = Field(0, ge=0)
-    """A group in which every sample failed draws up to this many more rounds of
-    `group_size` samples of its task, until one succeeds, and trains on all of them: the
-    hard tasks a group of `group_size` fails whole (and dynamic sampling skips) then give
-    their rare successes. The extra samples are outside the admission budget."""
+    """A group in which every sample failed is drawn again, up to this many times, until
+    one succeeds; the last draw is the group handed in. The hard tasks a group fails whole
+    (and dynamic sampling skips) then give their rare successes, at the cost of the
+    discarded draws' rollout time."""
     temperature: float = Field(1.0, ge=0)
     """Sampling temperature of rollouts and evaluations; the trainer computes its logprobs
     at the temperature each segment was sampled at. 0: greedy, for evaluation only (its
@@ -155,6 +155,9 @@ class TrainerSection(_Section):
     """Sequences per forward/backward (memory only)."""
     checkpoint_every: int = Field(10, ge=1)
     """Steps between checkpoints (model, optimizer, RNG, trajectory cursor)."""
+    keep_checkpoints: int = Field(2, ge=1)
+    """Checkpoints kept in the store, the newest ones; more keep earlier steps' models for
+    choosing a step count on val after the run."""
     seed: int = 0
     """Seed of the trainer's and regions' random choices."""
     threads: int = Field(1, ge=1)

@@ -148,18 +148,18 @@ class Rollouts:
     async def run_group(self, task: Task, samples: int, group_id: str) -> GroupResult:
         """`samples` concurrent episodes of one task sharing `group_id`; episodes that
         raise are failed episodes (`settle_group`). While every completed episode scored 0,
-        up to `rollout.explore_rounds` more rounds of `samples` join the group: a task the
-        policy solves once in 20 tries then yields a success to learn from, where a group
-        of 8 would most often fail whole and be skipped."""
-        outcomes: list[Trajectory | Exception] = []
+        the group is drawn again, up to `rollout.explore_rounds` times, and the last draw is
+        the group: a task the policy solves once in 20 tries then yields a success to learn
+        from, where one draw of 8 would most often fail whole and be skipped. Only the last
+        draw is kept, so the group is as fresh and as large as any other."""
         for _ in range(1 + self.rollout.explore_rounds):
-            outcomes += await asyncio.gather(
+            outcomes = await asyncio.gather(
                 *(self._attempt(task, group_id) for _ in range(samples))
             )
             scores = [o.reward for o in outcomes if isinstance(o, Trajectory)]
             if not scores or max(scores) > 0:
                 break
-        result = settle_group(outcomes)
+        result = settle_group(list(outcomes))
         if result.failures:
             kept = "dropped" if result.dropped else f"kept {len(result.trajectories)}"
             log.warning(
@@ -167,7 +167,7 @@ class Rollouts:
                 group_id,
                 task.instance_id,
                 sum(result.failures.values()),
-                len(outcomes),
+                samples,
                 kept,
                 result.failures,
             )

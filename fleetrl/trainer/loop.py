@@ -144,7 +144,15 @@ def run_trainer(config: RunConfig, run_dir: Path, poll_s: float = 0.2) -> Traine
         logger.log_record(state.version, sync_record(published, consumed))
         if state.step % tc.checkpoint_every == 0 or state.step == tc.steps:
             saved = [encode_record(r) for r in pending]
-            save_checkpoint(weights.store, state.step, model, optimizer, asdict(state), saved)
+            save_checkpoint(
+                weights.store,
+                state.step,
+                model,
+                optimizer,
+                asdict(state),
+                saved,
+                keep=tc.keep_checkpoints,
+            )
             if config.store.collect_garbage:  # the checkpoint holds what was read
                 channel.delete_before(state.cursor)
                 weights.gc()

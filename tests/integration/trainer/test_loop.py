@@ -94,6 +94,14 @@ def test_resume_is_exact_and_nothing_is_trained_twice(tmp_path, tiny_checkpoint,
     assert (tmp_path / "resumed" / "final" / "tokenizer.json").is_file()
 
 
+def test_the_newest_keep_checkpoints_stay_in_the_store(tmp_path, config_for):
+    feed(tmp_path, "kept", range(8))
+    run_trainer(config_for("kept", 4, keep_checkpoints=3), tmp_path / "kept")
+    store = WeightStore(str(tmp_path / "kept" / "store")).store
+    kept = {key.split("/")[1] for key in store.list("checkpoints/") if "/step_" in key}
+    assert kept == {"step_000002", "step_000003", "step_000004"}
+
+
 def test_stale_groups_are_dropped_and_counted(tmp_path, config_for):
     feed(tmp_path, "stale", range(2))  # version 0: fine at step 1
     run_trainer(config_for("stale", 1, max_staleness=0), tmp_path / "stale")
