@@ -228,6 +228,8 @@ class Region:
                 episode_s=[t.duration_s for t in result.trajectories],
                 failures=dict(result.failures),
                 dropped=result.dropped,
+                rewards=[t.reward for t in result.trajectories],
+                draws=result.draws,
             )
         )
 

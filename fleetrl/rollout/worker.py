@@ -47,6 +47,7 @@ class GroupResult:
     trajectories: list[Trajectory]  # completed episodes; empty when the group was dropped
     failures: dict[str, int]  # failed episodes by reason (`failure_reason`)
     dropped: bool = False  # too few episodes completed: none of the group is trained on
+    draws: int = 1  # more when `rollout.explore_rounds` drew a group that failed whole again
 
 
 def failure_reason(err: BaseException) -> str:
@@ -152,14 +153,17 @@ class Rollouts:
         the group: a task the policy solves once in 20 tries then yields a success to learn
         from, where one draw of 8 would most often fail whole and be skipped. Only the last
         draw is kept, so the group is as fresh and as large as any other."""
-        for _ in range(1 + self.rollout.explore_rounds):
+        draws = 0
+        while True:
+            draws += 1
             outcomes = await asyncio.gather(
                 *(self._attempt(task, group_id) for _ in range(samples))
             )
             scores = [o.reward for o in outcomes if isinstance(o, Trajectory)]
-            if not scores or max(scores) > 0:
+            if not scores or max(scores) > 0 or draws > self.rollout.explore_rounds:
                 break
         result = settle_group(list(outcomes))
+        result.draws = draws
         if result.failures:
             kept = "dropped" if result.dropped else f"kept {len(result.trajectories)}"
             log.warning(

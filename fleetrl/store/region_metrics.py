@@ -75,6 +75,8 @@ class GroupDone:
     episode_s: list[float]  # wall seconds of each completed episode
     failures: dict[str, int] = field(default_factory=dict)  # failed episodes by reason
     dropped: bool = False  # too few episodes completed: nothing sent
+    rewards: list[float] = field(default_factory=list)  # of each completed episode
+    draws: int = 1  # more when the group failed whole and was drawn again (explore_rounds)
 
 
 Record = VersionApplied | VersionRelayed | GroupDone

@@ -1,6 +1,7 @@
 """Trainer checkpoints in the run's object store, so a trainer can resume on any machine.
 
-    checkpoints/step_000010/config.json, model.safetensors   the float32 model (HF layout)
+    checkpoints/step_000010/config.json, model.safetensors   the float32 model (HF layout),
+                            tokenizer.json, …                with its tokenizer: evaluable
     checkpoints/step_000010/trainer_state.pt                 optimizer, RNG, loop state,
                                                              groups read but not trained
     checkpoints/LATEST                                       "step_000010", written last
@@ -22,6 +23,7 @@ import torch
 
 from fleetrl.model.checkpoint import load_pretrained, save_pretrained
 from fleetrl.model.qwen3 import Qwen3
+from fleetrl.model.tokenizer import Tokenizer
 from fleetrl.store.objectstore import ObjectNotFound, ObjectStore
 from fleetrl.store.run import upload_folder
 
@@ -38,13 +40,17 @@ def save_checkpoint(
     state: dict[str, Any],
     pending: list[bytes],
     keep: int = 2,
+    tokenizer: Tokenizer | None = None,
 ) -> str:
     """Write checkpoint `step` (model, optimizer, RNG states, `state`, the `pending` groups
-    in their stored form), commit it by LATEST, drop all but the last `keep`."""
+    in their stored form), commit it by LATEST, drop all but the last `keep`. With the
+    `tokenizer` beside the model, the checkpoint's folder is one `fleetrl eval` takes."""
     name = f"step_{step:06d}"
     prefix = f"{PREFIX}{name}/"
     with tempfile.TemporaryDirectory(prefix="fleetrl-checkpoint-") as tmp:
         save_pretrained(model, Path(tmp))
+        if tokenizer is not None:
+            tokenizer.save(tmp)
         upload_folder(store, Path(tmp), prefix)
     saved = {
         "optimizer": optimizer.state_dict(),

@@ -102,6 +102,7 @@ def run_trainer(config: RunConfig, run_dir: Path, poll_s: float = 0.2) -> Traine
     random.seed(tc.seed)
     base = resolve_checkpoint(config.model.path)
     model = load_pretrained(base, dtype=torch.float32)
+    tokenizer = Tokenizer.from_pretrained(base)
     optimizer = make_optimizer(model, tc.lr, tc.output_norm_lr, tc.weight_decay)
     # The KL reference is the starting model, frozen (kept only when the loss needs it).
     reference = load_pretrained(base, dtype=torch.float32) if tc.kl_coef > 0 else None
@@ -152,12 +153,13 @@ def run_trainer(config: RunConfig, run_dir: Path, poll_s: float = 0.2) -> Traine
                 asdict(state),
                 saved,
                 keep=tc.keep_checkpoints,
+                tokenizer=tokenizer,
             )
             if config.store.collect_garbage:  # the checkpoint holds what was read
                 channel.delete_before(state.cursor)
                 weights.gc()
     save_pretrained(model, run_dir / "final")
-    Tokenizer.from_pretrained(base).save(run_dir / "final")
+    tokenizer.save(run_dir / "final")
     signal_stop(weights.store)
     logger.close()
     return state

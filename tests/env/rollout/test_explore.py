@@ -44,6 +44,7 @@ def group_rewards(policy: LateFixer, explore_rounds: int) -> list[float]:
 
     result = asyncio.run(scenario())
     assert {t.group_id for t in result.trajectories} == {"g"}
+    assert result.draws == policy.episodes // 2
     return [t.reward for t in result.trajectories]
 
 

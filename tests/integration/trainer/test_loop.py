@@ -100,6 +100,7 @@ def test_the_newest_keep_checkpoints_stay_in_the_store(tmp_path, config_for):
     store = WeightStore(str(tmp_path / "kept" / "store")).store
     kept = {key.split("/")[1] for key in store.list("checkpoints/") if "/step_" in key}
     assert kept == {"step_000002", "step_000003", "step_000004"}
+    assert store.exists("checkpoints/step_000002/tokenizer.json")  # `fleetrl eval` takes it
 
 
 def test_stale_groups_are_dropped_and_counted(tmp_path, config_for):

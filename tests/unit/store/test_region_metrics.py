@@ -119,8 +119,12 @@ def test_the_report_shows_each_region(tmp_path):
     writer = RegionMetricsWriter(WeightStore(str(run_dir / "store")).store, "west")
     writer.append(applied(3))
     writer.append(GroupDone(group_id="west-0", time=1.0, versions=[3], episode_s=[2.0, 4.0]))
+    for i, rewards in enumerate(([0.0, 1.0], [0.0, 0.0])):  # drawn again: solved, not solved
+        writer.append(GroupDone(group_id=f"west-{i + 1}", time=2.0, versions=[3],
+                                episode_s=[1.0, 1.0], rewards=rewards, draws=3))  # fmt: skip
     writer.flush()
     page = write_report(run_dir, read_run_region_metrics(run_dir)).read_text()
     row = page[page.index("<section id='regions'>") :].split("</section>")[0]
     assert "<th>west</th><td>1 (3)</td>" in row
-    assert "<td>1 / 0</td><td>2 (3.0)</td>" in row  # groups sent / dropped, episodes (mean s)
+    # groups sent / dropped, drawn again (then solved), episodes (mean s)
+    assert "<td>3 / 0</td><td>2 (1)</td><td>6 (1.7)</td>" in row
