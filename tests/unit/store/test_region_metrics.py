@@ -61,7 +61,7 @@ def test_records_come_back_by_region_in_order(location):
     assert got["west"][2]["versions"] == [0, 1] and got["west"][2]["episode_s"] == [1.5, 2.5]
     assert got["east"] == [
         {"kind": "group", "group_id": "east-0", "time": 103.0, "versions": [], "episode_s": [],
-         "failures": {}, "dropped": True},
+         "failures": {}, "dropped": True, "rewards": [], "draws": 1},
     ]  # fmt: skip
 
 
