@@ -10,6 +10,7 @@
     each of base, rl, sft_more: its temperature chosen on `eval.val_split`, then `heldout`
     and `heldout-templates` at that temperature (`protocol_report`: pass@1 with a bootstrap
     CI, greedy, pass@8, recovery) ─▶ goals ─▶ runs/NAME/learning.json
+    every episode of those reported runs ─▶ runs/NAME/transcripts/MODEL-SPLIT.jsonl
 
 The goals say whether RL is worth its compute: RL at least 10 points above the base with
 separated intervals, at least 5 points above SFT given the same wall time, and more
@@ -191,11 +192,17 @@ def learning_goals(
 
 
 def evaluate_model(
-    checkpoint: Path, config: RunConfig, label: str, echo: Callable[[str], None] | None
+    checkpoint: Path,
+    config: RunConfig,
+    label: str,
+    echo: Callable[[str], None] | None,
+    transcripts: Path | None = None,
 ) -> dict[str, Any]:
     """One model's documents: its temperature chosen once on `eval.val_split` (the sweep,
     {str(T): pass@1}, recorded in each split's document), then each reported split at that
-    temperature; `eval_s`: the time all of it took."""
+    temperature; `eval_s`: the time all of it took. Given the folder `transcripts`, each
+    reported split's episodes go to `transcripts/LABEL-KEY.jsonl` (`episode_record`), for
+    reading why a model fails where it does."""
     start = time.monotonic()
     if echo:
         echo(f"{label}: choosing the temperature on {config.eval.val_split}")
@@ -205,7 +212,10 @@ def evaluate_model(
     for split, key in SPLITS.items():
         if echo:
             echo(f"{label}: {split} at temperature {temperature:g}")
-        report = protocol_report(checkpoint, config, split, temperature, progress=bool(echo))
+        episodes = transcripts / f"{label}-{key}.jsonl" if transcripts else None
+        report = protocol_report(
+            checkpoint, config, split, temperature, progress=bool(echo), transcripts=episodes
+        )
         model[key] = report | {"val_sweep": val_sweep}
     model["eval_s"] = time.monotonic() - start
     return model
@@ -246,7 +256,10 @@ def run_learning_bench(
 
     torch.set_num_threads(config.eval.threads)
     checkpoints = {"base": base, "rl": run_dir / "rl" / "final", "sft_more": run_dir / "sft_more"}
-    models = {m: evaluate_model(checkpoints[m], config, m, echo) for m in MODELS}
+    (run_dir / "transcripts").mkdir(exist_ok=True)
+    models = {
+        m: evaluate_model(checkpoints[m], config, m, echo, run_dir / "transcripts") for m in MODELS
+    }
     document: dict[str, Any] = dict(models)
     document["goals"] = learning_goals(*(models[m] for m in MODELS))
     document["sft_curve"] = sft_curve(state)

@@ -163,6 +163,10 @@ def test_bench_learning_runs_rl_and_sft_more_for_the_same_wall_time(tmp_path, ti
                 assert 0.0 <= doc[field] <= 1.0, (name, key, field)
             assert doc["temperature"] in (0.0, 1.0) and set(doc["val_sweep"]) == {"0.0", "1.0"}
             assert doc["tasks"] == 2
+            episodes = (tmp_path / "t" / "transcripts" / f"{name}-{key}.jsonl").read_text()
+            records = [json.loads(line) for line in episodes.splitlines()]
+            assert len(records) >= doc["episodes"]  # the greedy run's too, below T = 0
+            assert {r["split"] for r in records} == {key.replace("_", "-")}
     budget = figures["budget"]
     assert budget["sft_more_steps"] > 0
     # SFT-more stops at the first step past RL's wall time: one tiny step is well under 5 s.
