@@ -256,10 +256,9 @@ def run_learning_bench(
 
     torch.set_num_threads(config.eval.threads)
     checkpoints = {"base": base, "rl": run_dir / "rl" / "final", "sft_more": run_dir / "sft_more"}
-    (run_dir / "transcripts").mkdir(exist_ok=True)
-    models = {
-        m: evaluate_model(checkpoints[m], config, m, echo, run_dir / "transcripts") for m in MODELS
-    }
+    transcripts = run_dir / "transcripts"
+    transcripts.mkdir(exist_ok=True)
+    models = {m: evaluate_model(checkpoints[m], config, m, echo, transcripts) for m in MODELS}
     document: dict[str, Any] = dict(models)
     document["goals"] = learning_goals(*(models[m] for m in MODELS))
     document["sft_curve"] = sft_curve(state)

@@ -21,10 +21,12 @@ TASK = "micro-train-0007"
 
 class FlakyFixer:
     """Fixes micro-train-0007 (edit, then finish), but the first `failures` episodes raise
-    on their first turn, like an engine step that fails their request."""
+    on their first turn, like an engine step that fails their request, and the next
+    `misses` make the wrong edit (they finish and fail the tests)."""
 
-    def __init__(self, failures: int = 0) -> None:
+    def __init__(self, failures: int = 0, misses: int = 0) -> None:
         self.failures = failures
+        self.misses = misses
         self.first_turns = 0
 
     async def generate(self, prompt_ids, params: SamplingParams) -> Completion:
@@ -34,7 +36,8 @@ class FlakyFixer:
             self.first_turns += 1
             if self.first_turns <= self.failures:
                 raise RuntimeError("engine step failed")
-            edit = {"path": "nkims.py", "old": "xut = 1", "new": "xut = 0"}
+            wrong = self.first_turns <= self.failures + self.misses
+            edit = {"path": "nkims.py", "old": "xut = 1", "new": "xut = 2" if wrong else "xut = 0"}
             reply = Message("assistant", "", [ToolCall("edit_file", edit)])
         ids = TOKENIZER.encode(format_reply(reply) + "<|im_end|>")
         return Completion(list(prompt_ids), ids, [-1.0] * len(ids), [0] * len(ids), "stop")
