@@ -79,6 +79,12 @@ class RolloutSection(_Section):
     one succeeds; the last draw is the group handed in. The hard tasks a group fails whole
     (and dynamic sampling skips) then give their rare successes, at the cost of the
     discarded draws' rollout time."""
+    guide_failed_groups: bool = False
+    """A group in which every sample failed (after any explore rounds) gets one sample
+    replaced by the scripted expert's episode on the task (micro tasks: it reads the gold
+    patch), verified like any other; the trainer learns it off-policy at importance weight
+    1 (LUFFY-style guidance). Uses the train split's gold patches, which plain RL never
+    sees: say so when comparing against SFT."""
     temperature: float = Field(1.0, ge=0)
     """Sampling temperature of rollouts and evaluations; the trainer computes its logprobs
     at the temperature each segment was sampled at. 0: greedy, for evaluation only (its

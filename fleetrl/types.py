@@ -116,6 +116,10 @@ class Segment:
     # SamplingParams.temperature of the sampled tokens (0: greedy, their logprobs are then
     # at temperature 1); the trainer recomputes logprobs of logits / temperature.
     temperature: float = 1.0
+    # True for an expert's episode put into a group that failed whole
+    # (`rollout.guide_failed_groups`): no engine sampled it, so it has no behaviour
+    # logprob; the trainer takes the proximal policy's in its place (weight 1).
+    guided: bool = False
 
 
 @dataclass

@@ -347,7 +347,7 @@ def _regions_html(regions: dict[str, list[dict[str, Any]]]) -> str:
     columns = (
         "versions applied (last)", "mean fetch / pause", "bytes read", "versions relayed",
         "bytes across regions", "groups sent / dropped", "groups drawn again (then solved)",
-        "episodes (mean s)", "failed episodes",
+        "groups guided", "episodes (mean s)", "failed episodes",
     )  # fmt: skip
     rows = []
     for name, kept in sorted(regions.items()):
@@ -358,7 +358,7 @@ def _regions_html(regions: dict[str, list[dict[str, Any]]]) -> str:
         pause = [r["pause_s"] * 1e3 for r in applied]
         dropped = sum(bool(g.get("dropped")) for g in groups)
         redrawn = [g for g in groups if g.get("draws", 1) > 1]
-        solved = sum(max(g.get("rewards") or [0.0]) > 0 for g in redrawn)
+        solved = sum(max(g.get("rewards") or [0.0]) > 0 and not g.get("guided") for g in redrawn)
         cells = (
             f"{len(applied)} ({applied[-1]['version']})" if applied else "0",
             f"{_mean(fetch):.0f} / {_mean(pause):.1f} ms" if applied else "",
@@ -367,6 +367,7 @@ def _regions_html(regions: dict[str, list[dict[str, Any]]]) -> str:
             human_bytes(sum(r["bytes"] for r in relayed)) if relayed else "",
             f"{len(groups) - dropped} / {dropped}",
             f"{len(redrawn)} ({solved})",
+            str(sum(bool(g.get("guided")) for g in groups)),
             f"{len(episodes)} ({_mean(episodes):.1f})" if episodes else "0",
             str(sum(n for g in groups for n in g.get("failures", {}).values())),
         )

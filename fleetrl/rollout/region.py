@@ -230,6 +230,7 @@ class Region:
                 dropped=result.dropped,
                 rewards=[t.reward for t in result.trajectories],
                 draws=result.draws,
+                guided=result.guided,
             )
         )
 

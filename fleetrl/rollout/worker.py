@@ -12,7 +12,9 @@ An episode that raises (policy or engine error, sandbox that does not start, ver
 crash) is a failed episode, not a failed group: it is logged with its traceback and
 counted by reason (`failure_reason`). The group keeps its other samples when at least
 MIN_GROUP remain (a group-relative advantage compares a sample with the others), and is
-dropped otherwise (`settle_group`); either way its failures are reported. Cancellation
+dropped otherwise (`settle_group`); either way its failures are reported. A group that
+failed whole can be guided (`rollout.guide_failed_groups`): one failed sample gives way to
+the scripted expert's verified episode, which the trainer learns off-policy. Cancellation
 (shutdown) is not a failure and propagates. `run_one` alone still raises: a caller that
 runs single episodes (evaluation, demonstrations) decides for itself.
 """
@@ -27,6 +29,7 @@ from dataclasses import dataclass
 
 from fleetrl.config import HarnessSection, RolloutSection
 from fleetrl.envs.harness import TokenPolicy, run_episode
+from fleetrl.envs.micro.expert import Expert
 from fleetrl.envs.sandbox import Limits, open_sandbox
 from fleetrl.envs.verifier import sandbox_changes, verify
 from fleetrl.envs.workspace import ensure_repo
@@ -38,6 +41,7 @@ from fleetrl.types import SamplingParams, Task, Trajectory
 log = logging.getLogger(__name__)
 
 MIN_GROUP = 2  # samples a group needs for group-relative advantages
+GUIDE_PLAN = "fix"  # the expert's plan for guided samples: read, edit, check, finish
 
 
 @dataclass
@@ -48,6 +52,7 @@ class GroupResult:
     failures: dict[str, int]  # failed episodes by reason (`failure_reason`)
     dropped: bool = False  # too few episodes completed: none of the group is trained on
     draws: int = 1  # more when `rollout.explore_rounds` drew a group that failed whole again
+    guided: bool = False  # one failed sample was replaced by the expert's episode
 
 
 def failure_reason(err: BaseException) -> str:
@@ -110,10 +115,17 @@ class Rollouts:
         self._episodes = asyncio.Semaphore(episodes)
         self._gradings = asyncio.Semaphore(gradings)
 
-    async def run_one(self, task: Task, group_id: str = "", grade: bool = True) -> Trajectory:
+    async def run_one(
+        self,
+        task: Task,
+        group_id: str = "",
+        grade: bool = True,
+        policy: TokenPolicy | None = None,
+    ) -> Trajectory:
         """One episode on `task`, graded; the trajectory carries reward and flags. With
         `grade=False` the verifier is skipped (reward stays 0): for a scripted policy that
-        checks its own work, where grading would cost ~10x the episode."""
+        checks its own work, where grading would cost ~10x the episode. `policy` replaces
+        the Rollouts' own for this episode (the expert of a guided group)."""
         rollout = self.rollout
         async with self._episodes:
             repo = await asyncio.to_thread(ensure_repo, task)
@@ -122,7 +134,7 @@ class Rollouts:
             )
             try:
                 episode = await run_episode(
-                    self.policy,
+                    policy or self.policy,
                     self.tokenizer,
                     sandbox,
                     task,
@@ -152,7 +164,8 @@ class Rollouts:
         the group is drawn again, up to `rollout.explore_rounds` times, and the last draw is
         the group: a task the policy solves once in 20 tries then yields a success to learn
         from, where one draw of 8 would most often fail whole and be skipped. Only the last
-        draw is kept, so the group is as fresh and as large as any other."""
+        draw is kept, so the group is as fresh and as large as any other. A group still
+        failed whole is then guided when `rollout.guide_failed_groups` is on (`_guided`)."""
         draws = 0
         while True:
             draws += 1
@@ -162,8 +175,16 @@ class Rollouts:
             scores = [o.reward for o in outcomes if isinstance(o, Trajectory)]
             if not scores or max(scores) > 0 or draws > self.rollout.explore_rounds:
                 break
-        result = settle_group(list(outcomes))
+        outcomes = list(outcomes)
+        guided = None
+        if scores and max(scores) == 0 and self.rollout.guide_failed_groups:
+            guided = await self._guided(task, group_id, outcomes)
+        if guided is not None:
+            last = max(i for i, o in enumerate(outcomes) if isinstance(o, Trajectory))
+            outcomes[last] = guided
+        result = settle_group(outcomes)
         result.draws = draws
+        result.guided = guided is not None
         if result.failures:
             kept = "dropped" if result.dropped else f"kept {len(result.trajectories)}"
             log.warning(
@@ -177,10 +198,37 @@ class Rollouts:
             )
         return result
 
-    async def _attempt(self, task: Task, group_id: str) -> Trajectory | Exception:
+    async def _guided(
+        self, task: Task, group_id: str, failed: list[Trajectory | Exception]
+    ) -> Trajectory | None:
+        """The expert's episode on `task`, verified, as a guided sample of the failed
+        group: its tokens stamped with the newest version the group was sampled at (it is
+        as fresh as the group), or None where the expert cannot serve the task (not a
+        micro task) or its episode did not earn reward 1."""
+        try:
+            expert = Expert([task], GUIDE_PLAN, self.tokenizer)
+        except ValueError as err:
+            log.warning("no guidance for %s: %s", task.instance_id, err)
+            return None
+        trajectory = await self._attempt(task, group_id, expert)
+        problems = expert.problems[task.instance_id]
+        if not isinstance(trajectory, Trajectory) or trajectory.reward != 1.0 or problems:
+            log.warning("the expert's episode on %s failed: %s", task.instance_id, problems)
+            return None
+        version = max(
+            v for o in failed if isinstance(o, Trajectory) for s in o.segments for v in s.versions
+        )
+        for segment in trajectory.segments:
+            segment.guided = True
+            segment.versions = [version if m else -1 for m in segment.loss_mask]
+        return trajectory
+
+    async def _attempt(
+        self, task: Task, group_id: str, policy: TokenPolicy | None = None
+    ) -> Trajectory | Exception:
         """One graded episode, or the exception that ended it (logged with its traceback)."""
         try:
-            return await self.run_one(task, group_id)
+            return await self.run_one(task, group_id, policy=policy)
         except Exception as err:  # CancelledError is a BaseException: shutdown goes through
             log.warning(
                 "episode of %s in group %s failed", task.instance_id, group_id, exc_info=err

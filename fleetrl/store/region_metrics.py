@@ -77,6 +77,7 @@ class GroupDone:
     dropped: bool = False  # too few episodes completed: nothing sent
     rewards: list[float] = field(default_factory=list)  # of each completed episode
     draws: int = 1  # more when the group failed whole and was drawn again (explore_rounds)
+    guided: bool = False  # failed whole: a sample gave way to the expert's (guide_failed_groups)
 
 
 Record = VersionApplied | VersionRelayed | GroupDone

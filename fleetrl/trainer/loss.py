@@ -65,14 +65,17 @@ def policy_loss(
     config: TrainerSection,
     normalizer: float,
     reference: torch.Tensor | None = None,
+    measured: torch.Tensor | None = None,
 ) -> LossOutput:
     """The decoupled, corrected PPO loss of a (micro-)batch.
 
     logprobs: log π_θ with gradient; proximal, behaviour, reference: log π_prox, log μ,
     log π_ref (no gradient); advantages: per sample [B] or per token [B, T]; mask: [B, T].
-    normalizer: see `loss_normalizer`.
+    normalizer: see `loss_normalizer`. measured: the tokens the mismatch statistics run
+    over (default: mask), without those no engine sampled.
     """
     mask = mask.float()
+    measured = mask if measured is None else measured.float()
     if advantages.dim() == 1:
         advantages = advantages[:, None].expand_as(logprobs)
     ratio = torch.exp(logprobs - proximal)
@@ -104,9 +107,9 @@ def policy_loss(
         mismatch_k3 = torch.exp(log_w) - 1 - log_w
         truncated = (torch.exp(log_w) > config.correction_cap).float()
         metrics = {
-            "mismatch_abs_logprob": _masked_mean(log_w.abs(), mask),
-            "mismatch_kl_k3": _masked_mean(mismatch_k3, mask),
-            "correction_truncated_frac": _masked_mean(truncated, mask)
+            "mismatch_abs_logprob": _masked_mean(log_w.abs(), measured),
+            "mismatch_kl_k3": _masked_mean(mismatch_k3, measured),
+            "correction_truncated_frac": _masked_mean(truncated, measured)
             if config.correction == "tis"
             else 0.0,
             "correction_masked_frac": 1 - float(keep.sum() / mask.sum().clamp(min=1)),

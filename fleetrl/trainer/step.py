@@ -64,6 +64,7 @@ class SequenceBatch:
     advantages: torch.Tensor  # [B]
     temperature: torch.Tensor  # [B] the logits' divisor: each segment's sampling temperature
     routed_experts: torch.Tensor | None  # [B, T, L_moe, k] engine routing of the inputs
+    guided: torch.Tensor  # [B] bool: the expert's episode of a guided group (no behaviour)
 
 
 def samples_from_groups(
@@ -111,7 +112,8 @@ def collate(samples: list[TrainSample], pad_id: int = 0) -> SequenceBatch:
     advantages = torch.tensor([s.advantage for s in samples], dtype=torch.float32)
     temps = [s.segment.temperature or 1.0 for s in samples]  # greedy: logprobs at T = 1
     temperature = torch.tensor(temps, dtype=torch.float32)
-    return SequenceBatch(inputs, targets, mask, behaviour, advantages, temperature, routed)
+    guided = torch.tensor([s.segment.guided for s in samples], dtype=torch.bool)
+    return SequenceBatch(inputs, targets, mask, behaviour, advantages, temperature, routed, guided)
 
 
 def token_logprobs(
@@ -207,15 +209,19 @@ def train_step(
             batch = micro.batch
             logprobs, entropy = token_logprobs(model, batch, bf16)
             proximal = logprobs.detach() if micro.proximal is None else micro.proximal
+            # A guided segment was not sampled: its behaviour policy is taken to be the
+            # proximal one (weight 1), and it stays out of the mismatch statistics.
+            guided = batch.guided[:, None]
             out = policy_loss(
                 logprobs,
                 proximal,
-                batch.behaviour,
+                torch.where(guided, proximal, batch.behaviour),
                 batch.advantages,
                 batch.mask,
                 config,
                 normalizer,
                 reference=micro.reference,
+                measured=batch.mask * ~guided,
             )
             out.loss.backward()
             tokens = float(batch.mask.sum())

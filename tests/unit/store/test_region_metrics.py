@@ -61,7 +61,7 @@ def test_records_come_back_by_region_in_order(location):
     assert got["west"][2]["versions"] == [0, 1] and got["west"][2]["episode_s"] == [1.5, 2.5]
     assert got["east"] == [
         {"kind": "group", "group_id": "east-0", "time": 103.0, "versions": [], "episode_s": [],
-         "failures": {}, "dropped": True, "rewards": [], "draws": 1},
+         "failures": {}, "dropped": True, "rewards": [], "draws": 1, "guided": False},
     ]  # fmt: skip
 
 
@@ -122,9 +122,12 @@ def test_the_report_shows_each_region(tmp_path):
     for i, rewards in enumerate(([0.0, 1.0], [0.0, 0.0])):  # drawn again: solved, not solved
         writer.append(GroupDone(group_id=f"west-{i + 1}", time=2.0, versions=[3],
                                 episode_s=[1.0, 1.0], rewards=rewards, draws=3))  # fmt: skip
+    # Failed whole after its draws, then guided: its success is the expert's, not solved.
+    writer.append(GroupDone(group_id="west-3", time=3.0, versions=[3], episode_s=[1.0, 1.0],
+                            rewards=[0.0, 1.0], draws=3, guided=True))  # fmt: skip
     writer.flush()
     page = write_report(run_dir, read_run_region_metrics(run_dir)).read_text()
     row = page[page.index("<section id='regions'>") :].split("</section>")[0]
     assert "<th>west</th><td>1 (3)</td>" in row
-    # groups sent / dropped, drawn again (then solved), episodes (mean s)
-    assert "<td>3 / 0</td><td>2 (1)</td><td>6 (1.7)</td>" in row
+    # groups sent / dropped, drawn again (then solved), guided, episodes (mean s)
+    assert "<td>4 / 0</td><td>3 (1)</td><td>1</td><td>8 (1.5)</td>" in row

@@ -195,6 +195,40 @@ def test_bf16_train_step_measures_its_mismatch_and_still_learns():
     assert gain[0] > 0 > gain[1]
 
 
+def step_with_expert_answer(guided: bool) -> tuple[dict, list[torch.Tensor]]:
+    """A train step on a group whose rewarded answer an expert wrote (behaviour logprob
+    0: it was certain), marked guided or not; its metrics and the weights after it."""
+    model = tiny_model()
+    expert = make_segment(model, [1, 2], [5, 6, 7])
+    expert.logprobs = [0.0] * len(expert.logprobs)
+    expert.guided = guided
+    group = [trajectory(expert, 1.0), trajectory(make_segment(model, [1, 2], [9, 9, 9]), 0.0)]
+    samples, _ = samples_from_groups([group], "drgrpo")
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    metrics = train_step(model, optimizer, samples, TrainerSection(bf16=False))
+    return metrics, [p.detach().clone() for p in model.parameters()]
+
+
+def test_a_guided_segment_is_learnt_at_weight_one_and_left_out_of_the_mismatch():
+    guided, guided_weights = step_with_expert_answer(guided=True)
+    assert guided["mismatch_abs_logprob"] < 1e-5  # the sampled answer's, measured alone
+    assert guided["correction_truncated_frac"] == 0
+    # The same step where the expert's answer had been sampled by the policy itself.
+    model = tiny_model()
+    group = [trajectory(make_segment(model, [1, 2], [5, 6, 7]), 1.0),
+             trajectory(make_segment(model, [1, 2], [9, 9, 9]), 0.0)]  # fmt: skip
+    samples, _ = samples_from_groups([group], "drgrpo")
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    train_step(model, optimizer, samples, TrainerSection(bf16=False))
+    for mine, sampled in zip(guided_weights, model.parameters(), strict=True):
+        assert torch.allclose(mine, sampled, atol=1e-6)
+    # Unmarked, the expert's certainty reads as a mismatch and shrinks its weight.
+    unmarked, unmarked_weights = step_with_expert_answer(guided=False)
+    assert unmarked["mismatch_abs_logprob"] > 1
+    pairs = zip(guided_weights, unmarked_weights, strict=True)
+    assert any(not torch.allclose(a, b) for a, b in pairs)
+
+
 def engine_segment(model, prompt, tool_result, temperature, seed=0):
     """Two replies sampled by the real engine at `temperature`, a tool result between
     them (loss mask 0), laid out as the harness records them."""

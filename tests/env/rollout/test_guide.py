@@ -1,0 +1,65 @@
+"""Guided groups, with real sandboxes, the real verifier and the scripted expert: a group
+that failed whole gets one sample replaced by the expert's verified episode, stamped as
+fresh as the group."""
+
+import asyncio
+from dataclasses import replace
+
+from fleetrl.config import HarnessSection, RolloutSection
+from fleetrl.envs.suites import get_task
+from fleetrl.rollout.worker import GroupResult, Rollouts
+from tests.env.rollout.test_failures import TASK, TOKENIZER, FlakyFixer
+
+VERSION = 5  # the policy version the test's policy samples at
+
+
+class FreshFixer(FlakyFixer):
+    """FlakyFixer sampling at policy version VERSION."""
+
+    async def generate(self, prompt_ids, params):
+        completion = await super().generate(prompt_ids, params)
+        completion.versions = [VERSION] * len(completion.token_ids)
+        return completion
+
+
+def run_group(policy, guide: bool, explore_rounds: int = 0, task=None) -> GroupResult:
+    rollout = RolloutSection(guide_failed_groups=guide, explore_rounds=explore_rounds)
+
+    async def scenario():
+        rollouts = Rollouts(policy, TOKENIZER, HarnessSection(), rollout, 8, 4)
+        return await rollouts.run_group(task or get_task(TASK), 3, "g")
+
+    return asyncio.run(scenario())
+
+
+def test_a_group_that_failed_whole_is_guided_by_the_experts_episode():
+    result = run_group(FreshFixer(misses=99), guide=True)
+    assert result.guided and not result.dropped
+    assert [t.reward for t in result.trajectories] == [0.0, 0.0, 1.0]
+    expert = result.trajectories[-1]
+    assert expert.group_id == "g" and expert.finish_reason == "finish"
+    (segment,) = expert.segments
+    assert segment.guided
+    assert segment.versions == [VERSION if m else -1 for m in segment.loss_mask]
+    assert "edit_file" in TOKENIZER.decode(segment.token_ids)
+    assert not any(s.guided for t in result.trajectories[:-1] for s in t.segments)
+
+
+def test_guidance_comes_after_the_explore_rounds():
+    policy = FreshFixer(misses=3)  # the first draw fails whole, the second succeeds
+    result = run_group(policy, guide=True, explore_rounds=1)
+    assert not result.guided and result.draws == 2
+    assert [t.reward for t in result.trajectories] == [1.0] * 3
+
+
+def test_no_guidance_when_off_or_when_a_sample_succeeds():
+    off = run_group(FreshFixer(misses=99), guide=False)
+    assert not off.guided and [t.reward for t in off.trajectories] == [0.0] * 3
+    solved = run_group(FreshFixer(misses=2), guide=True)
+    assert not solved.guided and sorted(t.reward for t in solved.trajectories) == [0, 0, 1]
+
+
+def test_a_task_the_expert_cannot_read_stays_unguided():
+    task = replace(get_task(TASK), patch="not a diff")
+    result = run_group(FreshFixer(misses=99), guide=True, task=task)
+    assert not result.guided and [t.reward for t in result.trajectories] == [0.0] * 3
