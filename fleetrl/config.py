@@ -84,7 +84,7 @@ class RolloutSection(_Section):
     replaced by the scripted expert's episode on the task (micro tasks: it reads the gold
     patch), verified like any other; the trainer learns it off-policy at importance weight
     1 (LUFFY-style guidance). Uses the train split's gold patches, which plain RL never
-    sees: say so when comparing against SFT."""
+    sees: say so when comparing against SFT. Dense models only (docs/trainer.md)."""
     temperature: float = Field(1.0, ge=0)
     """Sampling temperature of rollouts and evaluations; the trainer computes its logprobs
     at the temperature each segment was sampled at. 0: greedy, for evaluation only (its

@@ -204,7 +204,12 @@ class Rollouts:
         """The expert's episode on `task`, verified, as a guided sample of the failed
         group: its tokens stamped with the newest version the group was sampled at (it is
         as fresh as the group), or None where the expert cannot serve the task (not a
-        micro task) or its episode did not earn reward 1."""
+        micro task, or an MoE policy: the trainer would replay routing the expert has not)
+        or its episode did not earn reward 1."""
+        sampled = [s for o in failed if isinstance(o, Trajectory) for s in o.segments]
+        if any(s.routed_experts is not None for s in sampled):
+            log.warning("no guidance for %s: the expert routes no MoE experts", task.instance_id)
+            return None
         try:
             expert = Expert([task], GUIDE_PLAN, self.tokenizer)
         except ValueError as err:
@@ -215,9 +220,7 @@ class Rollouts:
         if not isinstance(trajectory, Trajectory) or trajectory.reward != 1.0 or problems:
             log.warning("the expert's episode on %s failed: %s", task.instance_id, problems)
             return None
-        version = max(
-            v for o in failed if isinstance(o, Trajectory) for s in o.segments for v in s.versions
-        )
+        version = max(v for s in sampled for v in s.versions)
         for segment in trajectory.segments:
             segment.guided = True
             segment.versions = [version if m else -1 for m in segment.loss_mask]

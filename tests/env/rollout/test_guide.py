@@ -63,3 +63,19 @@ def test_a_task_the_expert_cannot_read_stays_unguided():
     task = replace(get_task(TASK), patch="not a diff")
     result = run_group(FreshFixer(misses=99), guide=True, task=task)
     assert not result.guided and [t.reward for t in result.trajectories] == [0.0] * 3
+
+
+class MoeFixer(FreshFixer):
+    """FreshFixer as an MoE policy: every position routed to expert 0 of one layer."""
+
+    async def generate(self, prompt_ids, params):
+        completion = await super().generate(prompt_ids, params)
+        completion.prompt_routed_experts = [[[0]]] * len(prompt_ids)
+        completion.routed_experts = [[[0]]] * len(completion.token_ids)
+        return completion
+
+
+def test_an_moe_policys_group_stays_unguided():
+    result = run_group(MoeFixer(misses=99), guide=True)
+    assert result.trajectories[0].segments[0].routed_experts is not None
+    assert not result.guided and [t.reward for t in result.trajectories] == [0.0] * 3
