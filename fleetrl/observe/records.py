@@ -47,7 +47,8 @@ class TrainRecord:
     train_sequences: float | None = None  # count: segments trained on
     step_s: float | None = None  # s: forward, backward and optimizer step
     version: int  # the policy version this step published
-    reward: float  # mean reward of the trajectories of every group the step used (skipped too)
+    reward: float  # mean reward of the sampled trajectories of every group the step used
+    # (skipped groups too; guided groups' expert episodes not: they are not the policy's)
     pass_rate: float  # fraction of those trajectories with reward >= 1
     staleness_hist: list[int]  # trajectories at 0, 1, 2, … versions behind at training
     staleness_mean: float  # versions: mean staleness of the batch's groups
@@ -60,7 +61,7 @@ class TrainRecord:
     tokens_per_s: float  # sampled tokens trained per second of the step's wall time
     trainer_idle_frac: float  # fraction of the step's wall time spent waiting for groups
     output_scale: float  # mean gain of the final norm (the logits' scale)
-    tool_errors_mean: float  # tool errors per trajectory of the batch
+    tool_errors_mean: float  # tool errors per sampled trajectory of the batch
     # The ledger: with the last record of each step, every group read is in exactly one of
     # these lists once (ids "region/seq" of the trajectory channel).
     incarnation: int  # the trainer's start count (1 for the first process of the run)
@@ -69,6 +70,7 @@ class TrainRecord:
     # out of it by dynamic sampling (trainer.dynamic_sampling)
     dropped_group_ids: list[str]  # groups dropped since the previous step: too stale
     pending_group_ids: list[str]  # groups read but not trained yet, after this step
+    guided_samples: int = 0  # expert episodes in guided groups (rollout.guide_failed_groups)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -81,9 +81,11 @@ def train_record(
     """The "train" record of one step: `train_step`'s metrics (none when no group had
     signal), the rewards and staleness (`ages`: per group) of the groups the step consumed
     (its batch and the groups dynamic sampling skipped, so the reward curve is not
-    flattered by the filter), the loop's timing and the step's ledger."""
+    flattered by the filter, nor by guided groups' expert episodes), the loop's timing and
+    the step's ledger."""
     trajectories = [t for record in consumed for t in record.trajectories]
-    rewards = [t.reward for t in trajectories]
+    sampled = [t for t in trajectories if not any(s.guided for s in t.segments)]
+    rewards = [t.reward for t in sampled]
     tokens = sum(sum(s.loss_mask) for t in trajectories for s in t.segments)
     sample_ages = [age for age, r in zip(ages, consumed, strict=True) for _ in r.trajectories]
     return TrainRecord(
@@ -98,11 +100,12 @@ def train_record(
         wait_s=timing.wait_s,
         forward_backward_s=step_metrics.get("step_s", 0.0),
         publish_s=timing.publish_s,
-        samples_per_s=len(rewards) / timing.wall_s,
+        samples_per_s=len(trajectories) / timing.wall_s,
         tokens_per_s=tokens / timing.wall_s,
         trainer_idle_frac=timing.wait_s / timing.wall_s,
         output_scale=output_scale,
-        tool_errors_mean=sum(t.tool_errors for t in trajectories) / len(rewards),
+        tool_errors_mean=sum(t.tool_errors for t in sampled) / len(rewards),
+        guided_samples=len(trajectories) - len(sampled),
         incarnation=books.incarnation,
         group_ids=books.trained,
         skipped_group_ids=books.skipped,

@@ -50,6 +50,7 @@ LOOP_KEYS = [
     "skipped_group_ids",
     "dropped_group_ids",
     "pending_group_ids",
+    "guided_samples",
 ]
 SYNC_KEYS = ["sync_bytes", "full_bytes", "unchanged_frac", "sync_pause_ms", "sync_fetch_ms"]
 EVAL_KEYS = [
