@@ -34,6 +34,10 @@ import torch
 
 from fleetrl.config import TrainerSection
 
+# The statistics `policy_loss` averages over the `measured` tokens (those an engine
+# sampled); its other per-token statistics are over every loss token.
+MEASURED_METRICS = ("mismatch_abs_logprob", "mismatch_kl_k3", "correction_truncated_frac")
+
 
 @dataclass
 class LossOutput:
@@ -71,8 +75,8 @@ def policy_loss(
 
     logprobs: log π_θ with gradient; proximal, behaviour, reference: log π_prox, log μ,
     log π_ref (no gradient); advantages: per sample [B] or per token [B, T]; mask: [B, T].
-    normalizer: see `loss_normalizer`. measured: the tokens the mismatch statistics run
-    over (default: mask), without those no engine sampled.
+    normalizer: see `loss_normalizer`. measured: the tokens an engine sampled, which
+    MEASURED_METRICS average over (default: mask; a guided segment's are not among them).
     """
     mask = mask.float()
     measured = mask if measured is None else measured.float()

@@ -29,7 +29,7 @@ import torch
 from fleetrl.config import TrainerSection
 from fleetrl.model.qwen3 import Qwen3
 from fleetrl.trainer.advantages import Estimator, group_advantages
-from fleetrl.trainer.loss import loss_normalizer, policy_loss
+from fleetrl.trainer.loss import MEASURED_METRICS, loss_normalizer, policy_loss
 from fleetrl.types import Segment, Trajectory
 
 
@@ -199,8 +199,11 @@ def train_step(
         _prepare(model, part, config, reference, index > 0, bf16)
         for index, part in enumerate(parts)
     ]
-    # Token-weighted sums of the loss's per-token statistics, and plain sums of the rest.
+    # Sums of the loss's per-token statistics, each weighted by the tokens it is a mean
+    # over (MEASURED_METRICS: the sampled ones; the rest: every loss token), and the
+    # weights' totals; loss_tokens is a plain sum.
     weighted: dict[str, float] = {}
+    totals: dict[str, float] = {}
     loss_sum = entropy_sum = grad_norm_sum = 0.0
     for part, micro_batches in zip(parts, prepared, strict=True):
         part_tokens = sum(sum(s.segment.loss_mask[1:]) for s in part)
@@ -212,6 +215,7 @@ def train_step(
             # A guided segment was not sampled: its behaviour policy is taken to be the
             # proximal one (weight 1), and it stays out of the mismatch statistics.
             guided = batch.guided[:, None]
+            measured = batch.mask * ~guided
             out = policy_loss(
                 logprobs,
                 proximal,
@@ -221,14 +225,19 @@ def train_step(
                 config,
                 normalizer,
                 reference=micro.reference,
-                measured=batch.mask * ~guided,
+                measured=measured,
             )
             out.loss.backward()
-            tokens = float(batch.mask.sum())
+            tokens, sampled = float(batch.mask.sum()), float(measured.sum())
             for name, value in out.metrics.items():
-                weighted[name] = weighted.get(name, 0.0) + value * (
-                    1.0 if name == "loss_tokens" else tokens
-                )
+                if name == "loss_tokens":
+                    weight = 1.0
+                elif name in MEASURED_METRICS:
+                    weight = sampled
+                else:
+                    weight = tokens
+                weighted[name] = weighted.get(name, 0.0) + value * weight
+                totals[name] = totals.get(name, 0.0) + weight
             loss_sum += out.loss.item()
             entropy_sum += float((entropy * batch.mask).sum())
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
@@ -239,7 +248,7 @@ def train_step(
     mask_total = sum(sum(s.segment.loss_mask[1:]) for s in samples)
     per_token = max(mask_total, 1)
     metrics = {
-        name: value if name == "loss_tokens" else value / per_token
+        name: value if name == "loss_tokens" else value / max(totals[name], 1)
         for name, value in weighted.items()
     }
     advantages = torch.tensor([s.advantage for s in samples])

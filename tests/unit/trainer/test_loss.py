@@ -229,6 +229,25 @@ def test_a_guided_segment_is_learnt_at_weight_one_and_left_out_of_the_mismatch()
     assert any(not torch.allclose(a, b) for a, b in pairs)
 
 
+@pytest.mark.parametrize("micro_batch_size", [1, 16])
+def test_a_steps_mismatch_is_over_the_sampled_tokens_whatever_the_micro_batches(
+    micro_batch_size,
+):
+    model = tiny_model()
+    expert = make_segment(model, [1, 2], [5, 6, 7])
+    expert.logprobs, expert.guided = [0.0] * len(expert.logprobs), True
+    sampled = make_segment(model, [1, 2], [9, 9, 9])
+    # An engine 0.1 nats/token less sure than the trainer of what it sampled.
+    shifted = zip(sampled.logprobs, sampled.loss_mask, strict=True)
+    sampled.logprobs = [lp - 0.1 * m for lp, m in shifted]
+    group = [trajectory(expert, 1.0), trajectory(sampled, 0.0)]
+    samples, _ = samples_from_groups([group], "drgrpo")
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    config = TrainerSection(bf16=False, micro_batch_size=micro_batch_size)
+    metrics = train_step(model, optimizer, samples, config)
+    assert metrics["mismatch_abs_logprob"] == pytest.approx(0.1, abs=1e-4)
+
+
 def engine_segment(model, prompt, tool_result, temperature, seed=0):
     """Two replies sampled by the real engine at `temperature`, a tool result between
     them (loss mask 0), laid out as the harness records them."""
