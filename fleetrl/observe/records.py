@@ -71,6 +71,7 @@ class TrainRecord:
     dropped_group_ids: list[str]  # groups dropped since the previous step: too stale
     pending_group_ids: list[str]  # groups read but not trained yet, after this step
     guided_samples: int = 0  # expert episodes in guided groups (rollout.guide_failed_groups)
+    guided_recoveries: int = 0  # of them, the ones finishing a sample after a refused edit
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -14,7 +14,9 @@ counted by reason (`failure_reason`). The group keeps its other samples when at 
 MIN_GROUP remain (a group-relative advantage compares a sample with the others), and is
 dropped otherwise (`settle_group`); either way its failures are reported. A group that
 failed whole can be guided (`rollout.guide_failed_groups`): one failed sample gives way to
-the scripted expert's verified episode, which the trainer learns off-policy. Cancellation
+the scripted expert's verified episode, which the trainer learns off-policy; with
+`rollout.guide_recovery` the expert finishes a sample whose edit was refused
+(`fleetrl.rollout.guidance`). Cancellation
 (shutdown) is not a failure and propagates. `run_one` alone still raises: a caller that
 runs single episodes (evaluation, demonstrations) decides for itself.
 """
@@ -29,13 +31,14 @@ from dataclasses import dataclass
 
 from fleetrl.config import HarnessSection, RolloutSection
 from fleetrl.envs.harness import TokenPolicy, run_episode
-from fleetrl.envs.micro.expert import Expert
+from fleetrl.envs.micro.expert import RECOVER, Expert
 from fleetrl.envs.sandbox import Limits, open_sandbox
 from fleetrl.envs.verifier import sandbox_changes, verify
 from fleetrl.envs.workspace import ensure_repo
 from fleetrl.inference.engine import Engine
 from fleetrl.model.qwen3 import Qwen3
 from fleetrl.model.tokenizer import Tokenizer
+from fleetrl.rollout.guidance import Replay, mask_replies, recovery_room, refused_prefix
 from fleetrl.types import SamplingParams, Task, Trajectory
 
 log = logging.getLogger(__name__)
@@ -180,8 +183,11 @@ class Rollouts:
         if scores and max(scores) == 0 and self.rollout.guide_failed_groups:
             guided = await self._guided(task, group_id, outcomes)
         if guided is not None:
-            last = max(i for i, o in enumerate(outcomes) if isinstance(o, Trajectory))
-            outcomes[last] = guided
+            trajectory, continued = guided
+            # the continued sample stays: its slip is what the group should learn to avoid
+            kept = [i for i, o in enumerate(outcomes) if isinstance(o, Trajectory)]
+            last = max([i for i in kept if i != continued] or kept)
+            outcomes[last] = trajectory
         result = settle_group(outcomes)
         result.draws = draws
         result.guided = guided is not None
@@ -200,30 +206,61 @@ class Rollouts:
 
     async def _guided(
         self, task: Task, group_id: str, failed: list[Trajectory | Exception]
-    ) -> Trajectory | None:
-        """The expert's episode on `task`, verified, as a guided sample of the failed
-        group: its tokens stamped with the newest version the group was sampled at (it is
-        as fresh as the group), or None where the expert cannot serve the task (not a
-        micro task, or an MoE policy: the trainer would replay routing the expert has not)
-        or its episode did not earn reward 1."""
+    ) -> tuple[Trajectory, int | None] | None:
+        """The expert's verified episode on `task` as a guided sample of the failed group,
+        with the index of the failed sample it continued (`rollout.guide_recovery`; None
+        when it started afresh, as it does where no sample can be continued or the
+        continuation fails). Its tokens are stamped with the newest version the group was
+        sampled at (it is as fresh as the group). None where the expert cannot serve the
+        task (not a micro task, or an MoE policy: the trainer would replay routing the
+        expert has not) or no episode of it earned reward 1."""
         sampled = [s for o in failed if isinstance(o, Trajectory) for s in o.segments]
         if any(s.routed_experts is not None for s in sampled):
             log.warning("no guidance for %s: the expert routes no MoE experts", task.instance_id)
             return None
+        starts: list[tuple[int | None, list[list[int]]]] = []
+        if self.rollout.guide_recovery:
+            room = recovery_room(self.harness.max_turns)
+            for i, outcome in enumerate(failed):
+                prefix = None
+                if isinstance(outcome, Trajectory):
+                    prefix = refused_prefix(outcome, self.tokenizer, room)
+                if prefix:
+                    starts.append((i, prefix))
+                    break
+        starts.append((None, []))
+        version = max(v for s in sampled for v in s.versions)
+        for continued, prefix in starts:
+            trajectory = await self._expert_episode(task, group_id, prefix)
+            if trajectory is None:
+                continue
+            (segment,) = trajectory.segments
+            mask_replies(segment, len(prefix))
+            segment.guided = True
+            segment.versions = [version if m else -1 for m in segment.loss_mask]
+            return trajectory, continued
+        return None
+
+    async def _expert_episode(
+        self, task: Task, group_id: str, prefix: list[list[int]]
+    ) -> Trajectory | None:
+        """The expert's graded episode on `task`, after replaying `prefix` (a failed
+        sample's replies up to its refused edit; empty: the expert's plan from scratch),
+        or None where the expert cannot read the task or its episode did not earn 1."""
+        plan = RECOVER if prefix else GUIDE_PLAN
         try:
-            expert = Expert([task], GUIDE_PLAN, self.tokenizer)
+            expert = Expert([task], plan, self.tokenizer, after=len(prefix))
         except ValueError as err:
             log.warning("no guidance for %s: %s", task.instance_id, err)
             return None
-        trajectory = await self._attempt(task, group_id, expert)
+        trajectory = await self._attempt(task, group_id, Replay(prefix, expert))
         problems = expert.problems[task.instance_id]
         if not isinstance(trajectory, Trajectory) or trajectory.reward != 1.0 or problems:
-            log.warning("the expert's episode on %s failed: %s", task.instance_id, problems)
+            start = "after a refused edit" if prefix else "from scratch"
+            log.warning(
+                "the expert's episode on %s %s failed: %s", task.instance_id, start, problems
+            )
             return None
-        version = max(v for s in sampled for v in s.versions)
-        for segment in trajectory.segments:
-            segment.guided = True
-            segment.versions = [version if m else -1 for m in segment.loss_mask]
         return trajectory
 
     async def _attempt(

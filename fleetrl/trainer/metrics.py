@@ -84,6 +84,7 @@ def train_record(
     flattered by the filter, nor by guided groups' expert episodes), the loop's timing and
     the step's ledger."""
     trajectories = [t for record in consumed for t in record.trajectories]
+    guided = [t for t in trajectories if any(s.guided for s in t.segments)]
     sampled = [t for t in trajectories if not any(s.guided for s in t.segments)]
     rewards = [t.reward for t in sampled]
     tokens = sum(sum(s.loss_mask) for t in trajectories for s in t.segments)
@@ -105,7 +106,8 @@ def train_record(
         trainer_idle_frac=timing.wait_s / timing.wall_s,
         output_scale=output_scale,
         tool_errors_mean=sum(t.tool_errors for t in sampled) / len(rewards),
-        guided_samples=len(trajectories) - len(sampled),
+        guided_samples=len(guided),
+        guided_recoveries=sum(t.failed_edits > 0 for t in guided),
         incarnation=books.incarnation,
         group_ids=books.trained,
         skipped_group_ids=books.skipped,

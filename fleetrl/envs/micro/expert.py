@@ -25,6 +25,11 @@ it read), gets it refused with the file's closest lines, then sends the correct 
 slipped reply is listed in `unlearned` so that training masks it: a model should learn the
 retry, not the slip.
 
+An expert can also take over another policy's episode `after` replies in: `RECOVER` then
+sends the correct edit, computed from the file as the episode last read it, checks and
+finishes. A guided group uses it to continue a sample whose edit was refused
+(`fleetrl.rollout.guidance`).
+
 Not covered: recovery from a wrong fix that was applied; patches touching more than one
 file or hunk (micro patches are one single-line change or insertion); prompts whose user
 turn is not the bare problem statement (a harness `task_template` that wraps it).
@@ -41,7 +46,15 @@ from pathlib import Path
 
 from fleetrl.envs.micro.gold import GoldChange, gold_change
 from fleetrl.envs.micro.statement import parse_statement
-from fleetrl.model.chat import GENERATION_PROMPT, IM_END, IM_START, Message, ToolCall, format_reply
+from fleetrl.model.chat import (
+    GENERATION_PROMPT,
+    IM_END,
+    IM_START,
+    Message,
+    ToolCall,
+    format_reply,
+    parse_reply,
+)
 from fleetrl.model.tokenizer import Tokenizer
 from fleetrl.types import Completion, SamplingParams, Task
 
@@ -51,6 +64,7 @@ PLANS: dict[str, tuple[str, ...]] = {
     "reproduce": ("read", "check", "edit", "check", "finish"),
     "slip": ("read", "slip", "edit", "check", "finish"),
 }
+RECOVER = ("edit", "check", "finish")  # after another policy's turns that read the file
 REFUSED = "error: edit_file: 'old' text not found"  # how a refused edit's result begins
 _RESPONSE = re.compile(r"<tool_response>\n(.*?)\n</tool_response>", re.DOTALL)
 _USER_TURN = re.compile(re.escape(f"{IM_START}user\n") + "(.*?)" + re.escape(IM_END), re.DOTALL)
@@ -143,6 +157,31 @@ def _file_lines(read_output: str) -> list[str]:
     return [line.split(": ", 1)[1] if ": " in line else "" for line in read_output.split("\n")]
 
 
+def _last_result(turn: str) -> str:
+    """The last tool result of one assistant turn (its reply and the results it got)."""
+    results = _RESPONSE.findall(turn)
+    return results[-1] if results else ""
+
+
+def _latest_read(turns: list[str], path: str) -> list[str]:
+    """`path`'s lines as the latest turn that did nothing but read it showed them.
+
+    ValueError if no turn did."""
+    for turn in reversed(turns):
+        reply, _, rest = turn.partition(IM_END)
+        calls = parse_reply(reply).tool_calls
+        results = _RESPONSE.findall(rest)
+        if (
+            len(calls) == 1
+            and calls[0].name == "read_file"
+            and calls[0].arguments.get("path") == path
+            and len(results) == 1
+            and not results[0].startswith("error")
+        ):
+            return _file_lines(results[0])
+    raise ValueError(f"{path}: the episode never read the file to edit")
+
+
 @dataclass(frozen=True)
 class _Solution:
     """What the expert knows of one task: where the fix goes and how to check it."""
@@ -156,9 +195,18 @@ class Expert:
     """A TokenPolicy that solves the micro tasks of `tasks` by one plan, deciding from its
     context; `problems[instance_id]` collects what went wrong per task."""
 
-    def __init__(self, tasks: list[Task], plan: str, tokenizer: Tokenizer) -> None:
-        """ValueError if a task is no micro task or two tasks share a problem statement."""
-        self.plan = PLANS[plan]
+    def __init__(
+        self,
+        tasks: list[Task],
+        plan: str | tuple[str, ...],
+        tokenizer: Tokenizer,
+        after: int = 0,
+    ) -> None:
+        """`plan`: a key of PLANS, or the steps themselves (RECOVER). `after`: replies
+        another policy sent before the expert takes over; the plan starts at the next one.
+        ValueError if a task is no micro task or two tasks share a problem statement."""
+        self.plan = PLANS[plan] if isinstance(plan, str) else plan
+        self.after = after
         self.tokenizer = tokenizer
         self.problems: dict[str, list[str]] = {task.instance_id: [] for task in tasks}
         self.unlearned: dict[str, list[list[int]]] = {task.instance_id: [] for task in tasks}
@@ -182,8 +230,12 @@ class Expert:
             raise LookupError(f"the prompt states no problem of the expert's tasks: {shown!r}")
         return solution
 
-    def _reply(self, solution: _Solution, turn: int, results: list[str]) -> Message:
-        """The assistant message for 0-based `turn`, given the tool results so far."""
+    def _reply(self, solution: _Solution, turns: list[str]) -> Message:
+        """The assistant message for this turn, the last of the context's `turns` (each a
+        reply with the tool results it got); the plan counts the turns after `after`."""
+        own = turns[self.after :]
+        turn = len(own) - 1
+        results = [_last_result(t) for t in own[:-1]]
         problems = self.problems[solution.task_id]
         steps = self.plan
         done = steps[:turn]
@@ -202,7 +254,7 @@ class Expert:
         elif step == "read":
             call = ToolCall("read_file", {"path": path})
         elif step in ("edit", "slip"):
-            lines = _file_lines(results[steps.index("read")])
+            lines = _latest_read(turns, path)
             old, new = shortest_edit(lines, solution.change)
             if step == "slip":
                 rng = random.Random(f"slip-{solution.task_id}")
@@ -219,9 +271,10 @@ class Expert:
         context = self.tokenizer.decode(prompt_ids)
         solution = self._solution(context)
         problems = self.problems[solution.task_id]
-        turn = context.count(GENERATION_PROMPT) - 1  # the last one is this turn's opening
+        turns = context.split(GENERATION_PROMPT)[1:]  # the last one: this turn, still empty
+        turn = len(turns) - 1 - self.after
         try:
-            message = self._reply(solution, turn, _RESPONSE.findall(context))
+            message = self._reply(solution, turns)
         except ValueError as err:
             problems.append(str(err))
             message = Message("assistant", "", [ToolCall("finish", {})])

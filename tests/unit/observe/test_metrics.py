@@ -146,6 +146,7 @@ def test_log_record_writes_what_a_dict_log_writes(tmp_path):
         "dropped_group_ids": [],
         "pending_group_ids": ["region-1/3"],
         "guided_samples": 2,
+        "guided_recoveries": 1,
     }
     step = {"mismatch_kl_k3": 1e-3, "clip_frac": 0.01, "loss": -0.1, "step_s": 2.0}
     sync = {"sync_bytes": 1000, "full_bytes": 50_000, "unchanged_frac": 0.7}

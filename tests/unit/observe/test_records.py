@@ -51,6 +51,7 @@ LOOP_KEYS = [
     "dropped_group_ids",
     "pending_group_ids",
     "guided_samples",
+    "guided_recoveries",
 ]
 SYNC_KEYS = ["sync_bytes", "full_bytes", "unchanged_frac", "sync_pause_ms", "sync_fetch_ms"]
 EVAL_KEYS = [

@@ -1,0 +1,99 @@
+"""Recovery guidance: the expert finishes a failed sample from the edit the tool refused.
+
+    group failed whole ─▶ a sample with an edit refused before any was applied
+                       ─▶ Replay: its replies up to the refusal, token for token
+                       ─▶ the expert (RECOVER): the correct edit, a check, finish
+                       ─▶ verified ─▶ the replayed replies masked out of the loss
+
+A guided group (`rollout.guide_failed_groups`) otherwise gets the expert's episode from
+scratch, which teaches the fix but never what to do after a mistake; the policy sees a
+refused edit only in its own samples, and those fail. Continuing one of them puts the
+recovery into the context the policy itself produced: its own reading of the file, its
+own mis-copied `old`, the tool's refusal. Its replies are replayed in a fresh sandbox (the
+tools give the same results) and masked, so the update teaches the retry, not the slip.
+
+Not covered: a sample that applied a wrong edit before (the gold patch no longer fits the
+file), several segments (self-summarisation), recovery from anything but a refused edit.
+"""
+
+from __future__ import annotations
+
+import re
+
+from fleetrl.envs.harness import TokenPolicy
+from fleetrl.envs.micro.expert import RECOVER
+from fleetrl.model.tokenizer import Tokenizer
+from fleetrl.types import Completion, SamplingParams, Segment, Trajectory
+
+EDIT_ERROR = "error: edit_file"  # how a refused edit's result begins
+EDITED = "edited "  # and an applied one's
+_RESPONSE = re.compile(r"<tool_response>\n(.*?)\n</tool_response>", re.DOTALL)
+
+
+def replies(segment: Segment) -> list[tuple[int, int]]:
+    """[start, end) of each reply the policy sent: the runs of loss_mask 1."""
+    runs, start = [], None
+    for i, m in enumerate([*segment.loss_mask, 0]):
+        if m and start is None:
+            start = i
+        elif not m and start is not None:
+            runs.append((start, i))
+            start = None
+    return runs
+
+
+def refused_prefix(
+    trajectory: Trajectory, tokenizer: Tokenizer, max_replies: int
+) -> list[list[int]] | None:
+    """The ids of `trajectory`'s replies up to and including the first one whose edit the
+    tool refused, or None: no refusal within `max_replies` replies, an edit applied before
+    it (the file no longer holds the bug as read), or more than one segment."""
+    if len(trajectory.segments) != 1:
+        return None
+    (segment,) = trajectory.segments
+    spans = replies(segment)
+    for n, (_, end) in enumerate(spans[:max_replies]):
+        after = spans[n + 1][0] if n + 1 < len(spans) else len(segment.token_ids)
+        results = _RESPONSE.findall(tokenizer.decode(segment.token_ids[end:after]))
+        if any(r.startswith(EDIT_ERROR) for r in results):
+            return [segment.token_ids[a:b] for a, b in spans[: n + 1]]
+        if any(r.startswith(EDITED) for r in results):
+            return None
+    return None
+
+
+def recovery_room(max_turns: int) -> int:
+    """Replies a sample may have sent, refusal included, and leave the expert its turns."""
+    return max_turns - len(RECOVER)
+
+
+class Replay:
+    """A TokenPolicy that sends `sent` as its first replies, then lets `then` go on."""
+
+    def __init__(self, sent: list[list[int]], then: TokenPolicy) -> None:
+        self.sent = sent
+        self.then = then
+        self._turn = 0
+
+    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> Completion:
+        """The next recorded reply while any is left, else `then`'s."""
+        if self._turn >= len(self.sent):
+            return await self.then.generate(prompt_ids, params)
+        ids = self.sent[self._turn]
+        self._turn += 1
+        stopped = ids[-1] in params.stop_token_ids
+        return Completion(
+            prompt_ids=list(prompt_ids),
+            token_ids=list(ids),
+            logprobs=[0.0] * len(ids),
+            versions=[0] * len(ids),
+            finish_reason="stop" if stopped else "length",
+        )
+
+
+def mask_replies(segment: Segment, n: int) -> None:
+    """Take the segment's first `n` replies out of the loss (the replayed ones)."""
+    for start, end in replies(segment)[:n]:
+        segment.loss_mask[start:end] = [0] * (end - start)
+        segment.logprobs[start:end] = [0.0] * (end - start)
+        segment.versions[start:end] = [-1] * (end - start)
