@@ -27,14 +27,19 @@ class FreshFixer(FlakyFixer):
 
 
 def run_group(
-    policy, guide: bool, explore_rounds: int = 0, task=None, recovery: bool = False
+    policy,
+    guide: bool,
+    explore_rounds: int = 0,
+    task=None,
+    recovery: bool = False,
+    harness: HarnessSection | None = None,
 ) -> GroupResult:
     rollout = RolloutSection(
         guide_failed_groups=guide, explore_rounds=explore_rounds, guide_recovery=recovery
     )
 
     async def scenario():
-        rollouts = Rollouts(policy, TOKENIZER, HarnessSection(), rollout, 8, 4)
+        rollouts = Rollouts(policy, TOKENIZER, harness or HarnessSection(), rollout, 8, 4)
         return await rollouts.run_group(task or get_task(TASK), 3, "g")
 
     return asyncio.run(scenario())
@@ -133,3 +138,9 @@ def test_a_sample_that_applied_an_edit_first_is_not_continued():
 def test_without_recovery_guidance_the_expert_starts_afresh():
     result = run_group(Slipper(), guide=True, recovery=False)
     assert result.guided and result.trajectories[-1].failed_edits == 0
+
+
+def test_a_refusal_too_late_for_the_experts_three_turns_is_not_continued():
+    harness = HarnessSection(max_turns=4)  # room for one reply before the expert's three
+    result = run_group(Slipper(), guide=True, recovery=True, harness=harness)
+    assert result.guided and result.trajectories[-1].failed_edits == 0  # afresh
