@@ -52,6 +52,15 @@ def eval_command(
             "the model saw it) to this file as JSON lines, each as it is graded."
         ),
     ] = None,
+    after_slip: Annotated[
+        bool,
+        typer.Option(
+            "--after-slip",
+            help="Measure recovery: every reported episode opens with the scripted expert "
+            "reading the file and sending a mis-copied edit, which the tool refuses; the "
+            "model takes over from there (micro tasks only).",
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
 ) -> None:
     """pass@1 of a checkpoint on a task split at one temperature, with a 95% bootstrap
@@ -100,7 +109,9 @@ def eval_command(
     try:
         per_task = math.ceil(episodes / len(split_tasks(config, split))) if episodes else None
         chosen = None if best_temperature else config.rollout.temperature
-        document = protocol_report(path, config, split, chosen, not as_json, per_task, transcripts)
+        document = protocol_report(
+            path, config, split, chosen, not as_json, per_task, transcripts, after_slip
+        )
     except (TaskError, CheckpointError, EvalError, FileNotFoundError, PermissionError) as err:
         raise fail(str(err)) from None
     if as_json:

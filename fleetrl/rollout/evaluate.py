@@ -12,7 +12,10 @@
 - pass@1 at T says how often one attempt works; greedy says what the mode of the policy
   does; pass@8 (Chen et al. 2021, unbiased) says what it can do at all. Sharpening moves
   pass@1 and greedy towards pass@8; a new skill moves pass@8 itself.
-- recovery: episodes that had an edit_file call refused and still passed.
+- recovery: episodes that had an edit_file call refused and still passed. A model that
+  rarely fails an edit leaves few such episodes; `after_slip` measures recovery on every
+  episode instead: the scripted expert reads the file and sends a mis-copied edit, which
+  the tool refuses, and the model takes over from there (`slip_opening`; micro tasks).
 
 Every run of one checkpoint goes through one engine (the temperature is per request), and
 runs whose temperature is known run concurrently, sharing its episodes in flight: the
@@ -39,6 +42,9 @@ import numpy as np
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from fleetrl.config import RunConfig
+from fleetrl.envs.handover import Handover
+from fleetrl.envs.harness import TokenPolicy
+from fleetrl.envs.micro.expert import PLANS, Expert
 from fleetrl.envs.suites import configured_tasks
 from fleetrl.model.checkpoint import load_pretrained
 from fleetrl.model.tokenizer import Tokenizer
@@ -48,6 +54,7 @@ from fleetrl.types import SamplingParams, Task, Trajectory
 TEMPERATURES: tuple[float, ...] = (0.0, 0.3, 0.5, 0.7, 1.0)
 PASS_AT_K = (2, 4, 8)  # pass@k reported for each k up to the samples per task
 REPORTED_K = 8  # the pass@k of the protocol's document
+SLIP_TURNS = PLANS["slip"].index("slip") + 1  # the expert's turns before a slip hand-over
 
 _T = TypeVar("_T")
 
@@ -181,26 +188,44 @@ def summarise(
     )
 
 
+def slip_opening(task: Task, tokenizer: Tokenizer, model: TokenPolicy) -> TokenPolicy:
+    """The policy of one episode after a slip: the scripted expert reads the task's file
+    and sends an edit whose `old` is mis-copied (the tool refuses it, showing the closest
+    lines), then `model` goes on. EvalError for a task the expert cannot read."""
+    try:
+        expert = Expert([task], "slip", tokenizer)
+    except ValueError as err:
+        raise EvalError(f"after a slip: {task.instance_id} is no micro task ({err})") from None
+    return Handover(expert, SLIP_TURNS, model)
+
+
 async def evaluate_policy(
     rollouts: Rollouts,
     tasks: list[Task],
     samples_per_task: int,
     on_episode: Callable[[Trajectory], None] | None = None,
+    after_slip: bool = False,
 ) -> EvalResult:
     """Run and grade `samples_per_task` episodes of every task at `rollouts`' temperature
-    (`on_episode` is called as each one is graded, e.g. to advance a progress bar)."""
+    (`on_episode` is called as each one is graded, e.g. to advance a progress bar).
+    `after_slip`: each episode opens with the expert's slip (`slip_opening`); episodes
+    where the expert found no mis-copy to send (no edit refused) are left out."""
     start = time.monotonic()
 
     async def graded(task: Task) -> Trajectory:
-        trajectory = await rollouts.run_one(task)
+        policy = slip_opening(task, rollouts.tokenizer, rollouts.policy) if after_slip else None
+        trajectory = await rollouts.run_one(task, policy=policy)
         if on_episode is not None:
             on_episode(trajectory)
         return trajectory
 
     episodes = [task for task in tasks for _ in range(samples_per_task)]
     trajectories = list(await asyncio.gather(*map(graded, episodes)))
+    if after_slip:
+        trajectories = [t for t in trajectories if t.failed_edits > 0]
     temperature = rollouts.sampling.temperature
-    return summarise(trajectories, len(tasks), time.monotonic() - start, temperature)
+    kept = len({t.task_id for t in trajectories})
+    return summarise(trajectories, kept, time.monotonic() - start, temperature)
 
 
 def pick_temperature(sweep: dict[float, EvalResult]) -> float:
@@ -224,6 +249,7 @@ class _Run:
     temperature: float
     samples: int
     label: str  # progress bar description
+    after_slip: bool = False  # each episode opens with the expert's slip (`slip_opening`)
 
 
 class _Session:
@@ -247,7 +273,8 @@ class _Session:
         # parameters (temperature) differ between runs.
         rollouts = copy.copy(self.rollouts)
         rollouts.sampling = SamplingParams(temperature=run.temperature)
-        return await evaluate_policy(rollouts, run.tasks, run.samples, self._on_episode(run))
+        on_episode = self._on_episode(run)
+        return await evaluate_policy(rollouts, run.tasks, run.samples, on_episode, run.after_slip)
 
     def _on_episode(self, run: _Run) -> Callable[[Trajectory], None] | None:
         bar, out = self.bar, self.transcripts
@@ -449,6 +476,7 @@ def protocol_report(
     progress: bool = False,
     samples: int | None = None,
     transcripts: Path | None = None,
+    after_slip: bool = False,
 ) -> dict[str, Any]:
     """The protocol's document for `split` (the `fleetrl eval --json` output).
 
@@ -460,16 +488,20 @@ def protocol_report(
     {str(T): pass@1 on val} when the temperature was chosen. At temperature 0 the greedy
     run is the reported run. The sweep and the greedy run share one batch, then the
     reported run follows, all through one engine. `transcripts`: every episode of these
-    runs written there as a JSON line (`episode_record`) as it is graded."""
+    runs written there as a JSON line (`episode_record`) as it is graded. `after_slip`: the
+    reported and greedy runs open each episode with the expert's slip (the temperature is
+    still chosen on plain val episodes); `after_slip` in the document says so."""
     samples = samples or config.eval.samples
     if temperature is None:
         _refuse_choosing_on(config, split)
     tasks = split_tasks(config, split)
     name = f"{checkpoint.name} "
-    greedy_run = _Run(tasks, 0.0, 1, f"{name}{split} greedy")
+    if after_slip:
+        name += "after a slip, "
+    greedy_run = _Run(tasks, 0.0, 1, f"{name}{split} greedy", after_slip)
 
     def run_at(t: float) -> _Run:
-        return _Run(tasks, t, samples, f"{name}{split} T={t:g} x{samples}")
+        return _Run(tasks, t, samples, f"{name}{split} T={t:g} x{samples}", after_slip)
 
     async def work(session: _Session) -> dict[str, Any]:
         sweep: dict[float, EvalResult] = {}
@@ -484,7 +516,7 @@ def protocol_report(
         else:
             greedy, reported = await session.run([greedy_run, run_at(temperature)])
         reported.val_sweep = _sweep_figures(sweep)
-        return _document(split, reported, greedy)
+        return _document(split, reported, greedy) | {"after_slip": after_slip}
 
     return _in_session(checkpoint, config, work, progress, transcripts)
 
@@ -517,8 +549,9 @@ def describe(document: dict[str, Any]) -> list[str]:
         chosen = f", chosen on val ({sweep})"
     low8, high8 = d["pass_at_8_ci"]
     low_g, high_g = d["greedy_ci"]
+    slip = ", every episode after the expert's slip" if d.get("after_slip") else ""
     return [
-        f"{d['split']} at temperature {d['temperature']:g}{chosen}",
+        f"{d['split']} at temperature {d['temperature']:g}{chosen}{slip}",
         f"pass@1   {d['pass_at_1']:.3f}  95% CI [{d['ci_low']:.3f}, {d['ci_high']:.3f}]  "
         f"({d['episodes']} episodes on {d['tasks']} tasks, {d['samples_per_task']} per task)",
         f"pass@8   {d['pass_at_8']:.3f}  95% CI [{low8:.3f}, {high8:.3f}]  "

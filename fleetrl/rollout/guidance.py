@@ -1,7 +1,7 @@
 """Recovery guidance: the expert finishes a failed sample from the edit the tool refused.
 
     group failed whole ─▶ a sample with an edit refused before any was applied
-                       ─▶ Replay: its replies up to the refusal, token for token
+                       ─▶ its replies up to the refusal, token for token (`Recorded`)
                        ─▶ the expert (RECOVER): the correct edit, a check, finish
                        ─▶ verified ─▶ the replayed replies masked out of the loss
 
@@ -20,10 +20,9 @@ from __future__ import annotations
 
 import re
 
-from fleetrl.envs.harness import TokenPolicy
 from fleetrl.envs.micro.expert import RECOVER
 from fleetrl.model.tokenizer import Tokenizer
-from fleetrl.types import Completion, SamplingParams, Segment, Trajectory
+from fleetrl.types import Segment, Trajectory
 
 EDIT_ERROR = "error: edit_file"  # how a refused edit's result begins
 EDITED = "edited "  # and an applied one's
@@ -65,30 +64,6 @@ def refused_prefix(
 def recovery_room(max_turns: int) -> int:
     """Replies a sample may have sent, refusal included, and leave the expert its turns."""
     return max_turns - len(RECOVER)
-
-
-class Replay:
-    """A TokenPolicy that sends `sent` as its first replies, then lets `then` go on."""
-
-    def __init__(self, sent: list[list[int]], then: TokenPolicy) -> None:
-        self.sent = sent
-        self.then = then
-        self._turn = 0
-
-    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> Completion:
-        """The next recorded reply while any is left, else `then`'s."""
-        if self._turn >= len(self.sent):
-            return await self.then.generate(prompt_ids, params)
-        ids = self.sent[self._turn]
-        self._turn += 1
-        stopped = ids[-1] in params.stop_token_ids
-        return Completion(
-            prompt_ids=list(prompt_ids),
-            token_ids=list(ids),
-            logprobs=[0.0] * len(ids),
-            versions=[0] * len(ids),
-            finish_reason="stop" if stopped else "length",
-        )
 
 
 def mask_replies(segment: Segment, n: int) -> None:

@@ -30,6 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from fleetrl.config import HarnessSection, RolloutSection
+from fleetrl.envs.handover import Handover, Recorded
 from fleetrl.envs.harness import TokenPolicy, run_episode
 from fleetrl.envs.micro.expert import RECOVER, Expert
 from fleetrl.envs.sandbox import Limits, open_sandbox
@@ -38,7 +39,7 @@ from fleetrl.envs.workspace import ensure_repo
 from fleetrl.inference.engine import Engine
 from fleetrl.model.qwen3 import Qwen3
 from fleetrl.model.tokenizer import Tokenizer
-from fleetrl.rollout.guidance import Replay, mask_replies, recovery_room, refused_prefix
+from fleetrl.rollout.guidance import mask_replies, recovery_room, refused_prefix
 from fleetrl.types import SamplingParams, Task, Trajectory
 
 log = logging.getLogger(__name__)
@@ -253,7 +254,8 @@ class Rollouts:
         except ValueError as err:
             log.warning("no guidance for %s: %s", task.instance_id, err)
             return None
-        trajectory = await self._attempt(task, group_id, Replay(prefix, expert))
+        policy = Handover(Recorded(prefix), len(prefix), expert)
+        trajectory = await self._attempt(task, group_id, policy)
         problems = expert.problems[task.instance_id]
         if not isinstance(trajectory, Trajectory) or trajectory.reward != 1.0 or problems:
             start = "after a refused edit" if prefix else "from scratch"

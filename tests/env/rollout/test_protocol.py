@@ -1,9 +1,11 @@
 """The evaluation protocol on real episodes: a scripted policy graded by the real verifier
-(recovery, runs at several temperatures through one policy), and `fleetrl eval
---best-temperature` end to end with the shipped base model on two tasks per split."""
+(recovery, recovery after the expert's slip, runs at several temperatures through one
+policy), and `fleetrl eval --best-temperature` end to end with the shipped base model on
+two tasks per split."""
 
 import asyncio
 import json
+from dataclasses import replace
 
 import pytest
 from typer.testing import CliRunner
@@ -14,7 +16,7 @@ from fleetrl.envs.suites import get_task
 from fleetrl.model.chat import Message, ToolCall, format_reply
 from fleetrl.model.checkpoint import resolve_checkpoint
 from fleetrl.model.tokenizer import bundled_tokenizer
-from fleetrl.rollout.evaluate import _Run, _Session, episodes_of, evaluate_policy
+from fleetrl.rollout.evaluate import EvalError, _Run, _Session, episodes_of, evaluate_policy
 from fleetrl.rollout.worker import Rollouts
 from fleetrl.types import Completion, SamplingParams
 
@@ -58,6 +60,48 @@ def test_an_episode_that_recovers_from_a_failed_edit_counts():
     result = asyncio.run(scenario())
     assert result.pass_at_1 == 1.0 and result.failed_edit_episodes == 1
     assert result.recovery == 1.0 and result.recovery_rate == 1.0
+
+
+class Finisher:
+    """Sends the fix unless the file is already edited, `finish` then; with `gives_up`,
+    `finish` at once. Records every context it was asked to continue."""
+
+    def __init__(self, gives_up: bool = False) -> None:
+        self.gives_up = gives_up
+        self.contexts: list[str] = []
+
+    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> Completion:
+        context = TOKENIZER.decode(prompt_ids)
+        self.contexts.append(context)
+        done = self.gives_up or "edited nkims.py" in context
+        reply = call("finish") if done else STUMBLE[1]
+        ids = TOKENIZER.encode(format_reply(reply) + "<|im_end|>")
+        return Completion(list(prompt_ids), ids, [-1.0] * len(ids), [0] * len(ids), "stop")
+
+
+def after_slip(policy: Finisher, task=None):
+    async def scenario():
+        tasks = [task or get_task(TASK)]
+        return await evaluate_policy(rollouts(policy), tasks, 2, after_slip=True)
+
+    return asyncio.run(scenario())
+
+
+def test_after_a_slip_the_model_takes_over_from_the_experts_refused_edit():
+    policy = Finisher()
+    result = after_slip(policy)
+    assert result.episodes == 2 and result.failed_edit_episodes == 2
+    assert result.pass_at_1 == 1.0 and result.recovery_rate == 1.0
+    first = policy.contexts[0]  # the model's first turn: after the expert's read and slip
+    assert first.count("<|im_start|>assistant") == 3 and '"read_file"' in first
+    assert "error: edit_file: 'old' text not found" in first
+    assert after_slip(Finisher(gives_up=True)).recovery_rate == 0.0
+
+
+def test_after_a_slip_needs_a_task_the_expert_can_read():
+    task = replace(get_task(TASK), patch="not a diff")
+    with pytest.raises(EvalError, match="no micro task"):
+        after_slip(Finisher(), task)
 
 
 def test_runs_at_several_temperatures_share_one_policy():
