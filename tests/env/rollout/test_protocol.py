@@ -136,6 +136,16 @@ def test_fleetrl_eval_best_temperature_end_to_end():
     assert doc["greedy_ci"][0] <= doc["greedy"] <= doc["greedy_ci"][1]
 
 
+@pytest.mark.slow  # ~6 s: the base model greedy on two tasks, after the expert's slip
+def test_fleetrl_eval_after_slip_end_to_end():
+    args = ["eval", "base", "--split", "heldout", "--temperature", "0", "--max-tasks", "2"]
+    result = CliRunner().invoke(app, [*args, "--threads", "1", "--after-slip", "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    assert doc["after_slip"] is True and doc["episodes"] == 2
+    assert doc["failed_edit_episodes"] == 2 and doc["recovery_rate"] == doc["pass_at_1"]
+
+
 def test_episodes_of_a_checkpoint_come_one_per_task_in_task_order():
     config = load_config(None)
     config.eval.max_concurrent = 2
