@@ -1,0 +1,31 @@
+"""Recovery guidance's token bookkeeping: which positions are replies, and masking the
+replayed ones out of the loss."""
+
+from fleetrl.rollout.guidance import mask_replies, recovery_room, replies
+from fleetrl.types import Segment
+
+
+def segment() -> Segment:
+    mask = [0, 0, 1, 1, 0, 1, 0, 0, 1, 1]  # prompt, reply, result, reply, result, reply
+    return Segment(
+        token_ids=list(range(10)),
+        loss_mask=mask,
+        logprobs=[-0.5 if m else 0.0 for m in mask],
+        versions=[4 if m else -1 for m in mask],
+    )
+
+
+def test_replies_are_the_runs_of_sampled_tokens_the_last_one_included():
+    assert replies(segment()) == [(2, 4), (5, 6), (8, 10)]
+
+
+def test_masking_the_replayed_replies_leaves_the_rest_to_learn():
+    s = segment()
+    mask_replies(s, 2)
+    assert s.loss_mask == [0] * 8 + [1, 1]
+    assert s.logprobs == [0.0] * 8 + [-0.5, -0.5]
+    assert s.versions == [-1] * 8 + [4, 4]
+
+
+def test_the_expert_needs_three_turns_after_the_refusal():
+    assert recovery_room(6) == 3
