@@ -57,6 +57,7 @@ group, which share a user turn: append all results of a turn at once.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -274,6 +275,15 @@ def _parse_call(payload: str, number: int) -> ToolCall | str:
     if not isinstance(arguments, dict):
         return f'{prefix} "arguments" must be a JSON object'
     return ToolCall(name=name, arguments=arguments)
+
+
+_TOOL_RESPONSE = re.compile(r"<tool_response>\n(.*?)\n</tool_response>", re.DOTALL)
+
+
+def tool_results(text: str) -> list[str]:
+    """The tool results rendered in `text` (decoded context, as `encode_continuation`
+    writes them), in order."""
+    return _TOOL_RESPONSE.findall(text)
 
 
 def parse_reply(text: str) -> ParsedReply:

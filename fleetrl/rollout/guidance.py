@@ -18,15 +18,13 @@ file), several segments (self-summarisation), recovery from anything but a refus
 
 from __future__ import annotations
 
-import re
-
 from fleetrl.envs.micro.expert import RECOVER
+from fleetrl.model.chat import tool_results
 from fleetrl.model.tokenizer import Tokenizer
 from fleetrl.types import Segment, Trajectory
 
 EDIT_ERROR = "error: edit_file"  # how a refused edit's result begins
 EDITED = "edited "  # and an applied one's
-_RESPONSE = re.compile(r"<tool_response>\n(.*?)\n</tool_response>", re.DOTALL)
 
 
 def replies(segment: Segment) -> list[tuple[int, int]]:
@@ -53,7 +51,7 @@ def refused_prefix(
     spans = replies(segment)
     for n, (_, end) in enumerate(spans[:max_replies]):
         after = spans[n + 1][0] if n + 1 < len(spans) else len(segment.token_ids)
-        results = _RESPONSE.findall(tokenizer.decode(segment.token_ids[end:after]))
+        results = tool_results(tokenizer.decode(segment.token_ids[end:after]))
         if any(r.startswith(EDIT_ERROR) for r in results):
             return [segment.token_ids[a:b] for a, b in spans[: n + 1]]
         if any(r.startswith(EDITED) for r in results):

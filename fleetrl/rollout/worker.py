@@ -223,10 +223,9 @@ class Rollouts:
         if self.rollout.guide_recovery:
             room = recovery_room(self.harness.max_turns)
             for i, outcome in enumerate(failed):
-                prefix = None
-                if isinstance(outcome, Trajectory):
-                    prefix = refused_prefix(outcome, self.tokenizer, room)
-                if prefix:
+                if isinstance(outcome, Trajectory) and (
+                    prefix := refused_prefix(outcome, self.tokenizer, room)
+                ):
                     starts.append((i, prefix))
                     break
         starts.append((None, []))

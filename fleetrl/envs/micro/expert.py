@@ -54,6 +54,7 @@ from fleetrl.model.chat import (
     ToolCall,
     format_reply,
     parse_reply,
+    tool_results,
 )
 from fleetrl.model.tokenizer import Tokenizer
 from fleetrl.types import Completion, SamplingParams, Task
@@ -66,7 +67,6 @@ PLANS: dict[str, tuple[str, ...]] = {
 }
 RECOVER = ("edit", "check", "finish")  # after another policy's turns that read the file
 REFUSED = "error: edit_file: 'old' text not found"  # how a refused edit's result begins
-_RESPONSE = re.compile(r"<tool_response>\n(.*?)\n</tool_response>", re.DOTALL)
 _USER_TURN = re.compile(re.escape(f"{IM_START}user\n") + "(.*?)" + re.escape(IM_END), re.DOTALL)
 
 
@@ -159,7 +159,7 @@ def _file_lines(read_output: str) -> list[str]:
 
 def _last_result(turn: str) -> str:
     """The last tool result of one assistant turn (its reply and the results it got)."""
-    results = _RESPONSE.findall(turn)
+    results = tool_results(turn)
     return results[-1] if results else ""
 
 
@@ -170,7 +170,7 @@ def _latest_read(turns: list[str], path: str) -> list[str]:
     for turn in reversed(turns):
         reply, _, rest = turn.partition(IM_END)
         calls = parse_reply(reply).tool_calls
-        results = _RESPONSE.findall(rest)
+        results = tool_results(rest)
         if (
             len(calls) == 1
             and calls[0].name == "read_file"
@@ -230,12 +230,10 @@ class Expert:
             raise LookupError(f"the prompt states no problem of the expert's tasks: {shown!r}")
         return solution
 
-    def _reply(self, solution: _Solution, turns: list[str]) -> Message:
-        """The assistant message for this turn, the last of the context's `turns` (each a
-        reply with the tool results it got); the plan counts the turns after `after`."""
-        own = turns[self.after :]
-        turn = len(own) - 1
-        results = [_last_result(t) for t in own[:-1]]
+    def _reply(self, solution: _Solution, turn: int, turns: list[str]) -> Message:
+        """The assistant message for the plan's 0-based `turn`, the last of the context's
+        `turns` (each a reply with the tool results it got)."""
+        results = [_last_result(t) for t in turns[self.after : -1]]
         problems = self.problems[solution.task_id]
         steps = self.plan
         done = steps[:turn]
@@ -274,7 +272,7 @@ class Expert:
         turns = context.split(GENERATION_PROMPT)[1:]  # the last one: this turn, still empty
         turn = len(turns) - 1 - self.after
         try:
-            message = self._reply(solution, turns)
+            message = self._reply(solution, turn, turns)
         except ValueError as err:
             problems.append(str(err))
             message = Message("assistant", "", [ToolCall("finish", {})])
