@@ -48,10 +48,13 @@ from fleetrl.rollout.worker import Rollouts
 from fleetrl.types import Demo, Task, Trajectory
 
 COPY_SEED = "fleetrl-demos-1"  # seeds every copy's names; changing it changes every copy
-# What the expert's replies and the recorded tokens depend on besides tasks, tokenizer and
-# harness settings: a change to any of these files makes a new cache entry.
+# What the expert's replies, the renamed copies and the recorded tokens depend on besides
+# the task records, tokenizer and harness settings: a change to any of these files makes a
+# new cache entry. The suite's own files are not among them: what they make is in the
+# task records, which the key hashes.
+_MICRO = Path(micro.__file__).parent
 _SOURCES = (
-    *sorted(Path(micro.__file__).parent.glob("*.py")),
+    *(_MICRO / name for name in ("expert.py", "gold.py", "names.py", "statement.py")),
     Path(harness_module.__file__),
     Path(tools.__file__),
     Path(chat.__file__),

@@ -17,11 +17,15 @@ from collections.abc import Iterable, Iterator
 from pathlib import PurePosixPath
 from typing import Any
 
+# A network program counts where it runs as a command: followed by an argument, the end of
+# the line or a shell operator. `print(f('nc'))` passes a word, and runs nothing.
 _NETWORK = re.compile(
     r"\b(curl|wget|nc|ncat|netcat|socat|telnet|ssh|scp|sftp|ftp|rsync|ping|dig|nslookup)\b"
+    r"(?=\s+[^\s'\"]|\s*$|\s*[;&|])"
     r"|\bpip3?\s+(install|download)\b|-m\s+pip\s+(install|download)\b"
     r"|\b(import|from)\s+(urllib|urllib3|requests|httpx|aiohttp|socket|http\.client|ftplib)\b"
-    r"|/dev/(tcp|udp)/"
+    r"|/dev/(tcp|udp)/",
+    re.MULTILINE,
 )
 _HOST_PATH = re.compile(
     r"(^|[\s'\"=:(<>])(/root|/home|/work|/proc/\d+/root|/proc/self/root|/var/lib|/srv|/mnt)\b"

@@ -1,6 +1,7 @@
 """The bundled `micro` suite and the scripted expert that solves it, side by side.
 
     templates.py  function templates, each with the bugs that can be put in it
+    shapes.py     function shapes drawn at random from a grammar: training beyond the templates
     statement.py  the problem statement's wording: written by the suite, read by the expert
     suite.py      the 662 task records and their repositories' base trees
     names.py      names a generated identifier must avoid; renamed copies of a task

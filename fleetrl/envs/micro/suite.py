@@ -52,6 +52,7 @@ from pathlib import Path
 
 from fleetrl.envs.cache import cache_dir
 from fleetrl.envs.git import commit_all, flat_commit_sha, unified_diff
+from fleetrl.envs.micro import shapes
 from fleetrl.envs.micro.names import RESERVED_NAMES
 from fleetrl.envs.micro.statement import write_statement
 from fleetrl.envs.micro.templates import TEMPLATES, UNSEEN_TEMPLATES, Template
@@ -314,14 +315,43 @@ def fresh_train_tasks(size: int, draw_as: str, seed: str, prefix: str, repos: Pa
     for index in range(size):
         template, kind = order[index % len(order)]
         spec = _make(f"{prefix}-{index:04d}", draw_as, template, kind, rng, names)
-        repo = repos / spec.instance_id
-        task = dataclasses.replace(_task(spec, repo), split="train")
-        repo.mkdir(parents=True)
-        _write_base(spec, repo)
-        if commit_all(repo) != task.base_commit:
-            raise RuntimeError(f"{spec.instance_id}: the written repository is not base_commit")
-        tasks.append(task)
+        tasks.append(_write_fresh(spec, repos))
     return tasks
+
+
+def fresh_shape_tasks(size: int, seed: str, prefix: str, repos: Path) -> list[Task]:
+    """`size` training tasks of function shapes drawn at random (`fleetrl.envs.micro.shapes`),
+    with train constants and letters, the eight bug kinds cycled and function names no
+    suite task uses; ids `<prefix>-<index>`, repositories written under `repos`. Every
+    task is a new shape, so a model trained on them cannot memorise the lines it edits."""
+    names = _Names()
+    names.functions |= {spec.function for spec in _specs()}
+    rng = random.Random(seed)
+    tasks: list[Task] = []
+    while len(tasks) < size:
+        kind = shapes.BUG_KINDS[len(tasks) % len(shapes.BUG_KINDS)]
+        template, bugs = shapes.random_template(rng)
+        of_kind = [bug for bug_kind, bug in bugs if bug_kind == kind]
+        if not of_kind:
+            continue
+        template = dataclasses.replace(template, bugs={kind: rng.choice(of_kind)})
+        try:
+            spec = _make(f"{prefix}-{len(tasks):04d}", "train", template, kind, rng, names)
+        except RuntimeError:  # no call tells this bug apart, or its line is never unique
+            continue
+        tasks.append(_write_fresh(spec, repos))
+    return tasks
+
+
+def _write_fresh(spec: _Spec, repos: Path) -> Task:
+    """The train Task of a spec beyond the suite, its repository written under `repos`."""
+    repo = repos / spec.instance_id
+    task = dataclasses.replace(_task(spec, repo), split="train")
+    repo.mkdir(parents=True)
+    _write_base(spec, repo)
+    if commit_all(repo) != task.base_commit:
+        raise RuntimeError(f"{spec.instance_id}: the written repository is not base_commit")
+    return task
 
 
 def materialise(task: Task, dest: Path) -> None:

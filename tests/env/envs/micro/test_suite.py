@@ -104,3 +104,29 @@ def test_fresh_train_tasks_draw_evaluation_symbols_and_check_out(
     assert set(done.outcomes.values()) == {"passed"}
     again = micro.fresh_train_tasks(8, "val", "test-seed", "extra", tmp_path / "again")
     assert [t.patch for t in again] == [t.patch for t in fresh]  # seeded
+
+
+def test_fresh_shape_tasks_cycle_the_bug_kinds_and_check_out(
+    suite: list[Task], tmp_path: Path
+) -> None:
+    """Tasks of random function shapes: every bug kind in turn, shapes the suite does not
+    have, and real pytest failing FAIL_TO_PASS before the gold patch and
+    passing every test after it."""
+    fresh = micro.fresh_shape_tasks(16, "test-seed", "shape", tmp_path / "repos")
+    assert {t.split for t in fresh} == {"train"}
+    assert [t.kind for t in fresh[:8]] == list(micro.shapes.BUG_KINDS)
+    assert not {t.origin for t in fresh} & {t.origin for t in suite}
+    for task in fresh:
+        workspace = checkout(task, tmp_path / "work" / task.instance_id)
+        apply_patch(workspace, task.test_patch)
+    before = run_pytest(tmp_path / "work", timeout=120)
+    for task in fresh:
+        apply_patch(tmp_path / "work" / task.instance_id, task.patch)
+    after = run_pytest(tmp_path / "work", timeout=120)
+    assert before.ran and after.ran, before.output + after.output
+    for task in fresh:
+        for node in task.FAIL_TO_PASS:
+            assert before.outcomes[f"{task.instance_id}/{node}"] == "failed"
+        for node in task.PASS_TO_PASS:
+            assert before.outcomes[f"{task.instance_id}/{node}"] == "passed"
+    assert len(after.outcomes) == 16 * 3 and set(after.outcomes.values()) == {"passed"}

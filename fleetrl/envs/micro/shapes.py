@@ -1,0 +1,259 @@
+"""Function shapes drawn at random: training tasks beyond the suite's twenty templates.
+
+A 3.4 M-parameter model trained on the twenty hand-written templates learns their lines
+by heart. On a function of another shape (`heldout-templates`) it writes a trained
+template's line into `edit_file` instead of copying the file's, and its edit is refused.
+Copying is what transfers to a new shape, and a model only has to copy once the lines it
+edits stop being few enough to memorise. `random_template` draws a new shape from a small
+grammar: a loop over a list (plain or by index, an accumulator, a condition, an else
+branch, a helper function), a list comprehension, a loop over a string, an early-return
+search, or branches on integers. Its bugs come from the syntax-tree mutations of
+`fleetrl.envs.mutations`, one changed line each, and it is returned as a `Template`, so
+the suite's own machinery (names, constants, tests, statement, demonstrations) makes
+tasks of it.
+
+A shape is never within one line of an UNSEEN_TEMPLATES function, compared with names,
+constants and letters blanked (`skeleton`), so `heldout-templates` stays unseen.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+from collections.abc import Callable
+
+from fleetrl.envs.micro.templates import UNSEEN_TEMPLATES, Args, Template, _ints, _word
+from fleetrl.envs.mutations import KINDS, find_mutations
+
+BUG_KINDS = tuple(kind for kind in KINDS if kind != "feature_deletion")  # micro's eight
+INT_RANGE = (2, 9)  # every int field `{k}`; >= 2 so that `% {k}` never divides by zero
+_FIELD = re.compile(r"\{([a-z]+)\}")
+_MARKER = re.compile(r"QQ([a-z]+)")  # a field rendered as a plain identifier
+
+# The grammar's pieces, as str.format patterns (see fleetrl.envs.micro.templates).
+_LIST_CONDITIONS = (
+    "{v} > {k}",
+    "{v} < {t}",
+    "{v} % {k} == 0",
+    "{v} != {t}",
+    "{v} % 2 == 1",
+    "{v} >= {k}",
+    "{v} < 0",
+    "{v} > {t}",
+)
+_NUMBER_INITS = ("0", "1", "{k}", "{xs}[0]")
+_NUMBER_UPDATES = (
+    "{acc} += {v}",
+    "{acc} += 1",
+    "{acc} -= {v}",
+    "{acc} = {v}",
+    "{acc} += {v} * {k}",
+    "{acc} = max({acc}, {v})",
+    "{acc} = min({acc}, {v} + {k})",
+    "{acc} = {g}({acc}, {v})",
+)
+_NUMBER_ELSES = ("{acc} -= 1", "{acc} += {k}", "{acc} = 0")
+_NUMBER_RETURNS = ("{acc}", "{acc} * {k}", "{acc} + 1", "{acc} - {t}")
+_LIST_UPDATES = (
+    "{acc}.append({v})",
+    "{acc}.append({v} * {k})",
+    "{acc}.append({v} - {t})",
+    "{acc}.append({v} + 1)",
+    "{acc}.append({g}({v}, {k}))",
+    "{acc}.insert(0, {v})",
+)
+_LIST_ELSES = ("{acc}.append(0)", "{acc}.append(-{v})")
+_LIST_RETURNS = ("{acc}", "len({acc})", "{acc}[::-1]")
+_HELPERS = (
+    ("    return {a} + {b}\n",),
+    ("    return {a} - {b}\n",),
+    ("    return {a} * 2 + {b}\n",),
+    ("    if {a} > {b}:\n", "        return {a}\n", "    return {b}\n"),
+)
+_PAIR_CONDITIONS = ("{xs}[{i}] > {xs}[{i} - 1]", "{xs}[{i}] == {xs}[{i} - 1]", "{xs}[{i}] < {t}")
+_PAIR_UPDATES = ("{acc} += 1", "{acc}.append({xs}[{i}] - {xs}[{i} - 1])", "{acc}.append({i})")
+_SEARCH_CONDITIONS = ("== {t}", "> {t}", "% {k} == 0", "< {k}")
+_SEARCH_FOUND = ("{i}", "{xs}[{i}]", "{i} + 1")
+_SEARCH_MISSING = ("-1", "len({xs})", "0", "None")
+_STRING_CONDITIONS = (
+    "{ch} == '{c}'",
+    "{ch} != '{c}'",
+    "{ch} in '{cs}'",
+    "{ch} not in '{cs}'",
+    "{ch} > '{c}'",
+)
+_STRING_UPDATES = ("{out} += {ch}", "{out} = {ch} + {out}", "{out} += {ch} * 2", "{out} += '{c}'")
+_COUNT_UPDATES = ("{out} += 1", "{out} += 2", "{out} -= 1")
+_MAPPED = ("{v} * {k}", "{v} + 1", "{v} - {t}", "-{v}", "{v} % {k}")
+_INT_CONDITIONS = ("{x} > {k}", "{x} < {y}", "{x} % {k} == 0", "{x} >= {y} + {k}", "{x} < 0")
+_INT_RESULTS = ("{x} + {k}", "{x} - {y}", "{y}", "{x} * 2", "{k}", "0", "{x}", "{y} - {x}")
+
+
+def _list_loop(r: random.Random) -> list[str]:
+    numeric = r.random() < 0.55
+    acc_init = r.choice(_NUMBER_INITS) if numeric else "[]"
+    update = r.choice(_NUMBER_UPDATES if numeric else _LIST_UPDATES)
+    lines = [f"    {{acc}} = {acc_init}\n", "    for {v} in {xs}:\n"]
+    if r.random() < 0.75:
+        lines += [f"        if {r.choice(_LIST_CONDITIONS)}:\n", f"            {update}\n"]
+        if r.random() < 0.35:
+            other = r.choice(_NUMBER_ELSES if numeric else _LIST_ELSES)
+            lines += ["        else:\n", f"            {other}\n"]
+    else:
+        lines.append(f"        {update}\n")
+    lines.append(f"    return {r.choice(_NUMBER_RETURNS if numeric else _LIST_RETURNS)}\n")
+    return lines
+
+
+def _pair_loop(r: random.Random) -> list[str]:
+    update = r.choice(_PAIR_UPDATES)
+    acc_init = "0" if update.endswith("+= 1") else "[]"
+    return [
+        f"    {{acc}} = {acc_init}\n",
+        "    for {i} in range(1, len({xs})):\n",
+        f"        if {r.choice(_PAIR_CONDITIONS)}:\n",
+        f"            {update}\n",
+        "    return {acc}\n",
+    ]
+
+
+def _search(r: random.Random) -> list[str]:
+    return [
+        "    for {i} in range(len({xs})):\n",
+        f"        if {{xs}}[{{i}}] {r.choice(_SEARCH_CONDITIONS)}:\n",
+        f"            return {r.choice(_SEARCH_FOUND)}\n",
+        f"    return {r.choice(_SEARCH_MISSING)}\n",
+    ]
+
+
+def _string_loop(r: random.Random) -> list[str]:
+    counting = r.random() < 0.4
+    lines = [
+        f"    {{out}} = {'0' if counting else repr('')}\n",
+        "    for {ch} in {s}:\n",
+        f"        if {r.choice(_STRING_CONDITIONS)}:\n",
+        f"            {r.choice(_COUNT_UPDATES if counting else _STRING_UPDATES)}\n",
+    ]
+    if r.random() < 0.35:
+        other = "{out} -= 1" if counting else "{out} += {ch}"
+        lines += ["        else:\n", f"            {other}\n"]
+    result = r.choice(("{out}", "{out} * 2") if counting else ("{out}", "len({out})"))
+    return [*lines, f"    return {result}\n"]
+
+
+def _branches(r: random.Random) -> list[str]:
+    first, second = r.sample(_INT_CONDITIONS, 2)
+    lines = [f"    if {first}:\n", f"        return {r.choice(_INT_RESULTS)}\n"]
+    if r.random() < 0.5:
+        lines += [f"    if {second}:\n", f"        return {r.choice(_INT_RESULTS)}\n"]
+    return [*lines, f"    return {r.choice(_INT_RESULTS)}\n"]
+
+
+def _comprehension(r: random.Random) -> list[str]:
+    condition = f" if {r.choice(_LIST_CONDITIONS)}" if r.random() < 0.6 else ""
+    lines = [f"    {{out}} = [{r.choice(_MAPPED)} for {{v}} in {{xs}}{condition}]\n"]
+    return [*lines, f"    return {r.choice(('{out}', 'len({out})', 'sum({out})'))}\n"]
+
+
+_BODIES: tuple[Callable[[random.Random], list[str]], ...] = (
+    _list_loop,
+    _list_loop,
+    _pair_loop,
+    _search,
+    _comprehension,
+    _string_loop,
+    _branches,
+)
+
+
+def _signature(body: str) -> list[str]:
+    """The parameters a body uses, in a fixed order (its first one always)."""
+    used = set(_FIELD.findall(body))
+    first = next(p for p in ("xs", "s", "x") if p in used)
+    return [first, *(p for p in ("t", "y") if p in used)]
+
+
+def _arguments(params: list[str]) -> Callable[[random.Random, dict[str, int | str]], Args]:
+    def draw(r: random.Random, p: dict[str, int | str]) -> Args:
+        values = {
+            "xs": lambda: _ints(r, 1, 6, -5, 15),
+            "s": lambda: _word(r, 1, 7, str(p.get("c", "")) + str(p.get("cs", ""))),
+            "x": lambda: r.randint(-10, 20),
+            "t": lambda: r.randint(-2, 10),
+            "y": lambda: r.randint(-10, 20),
+        }
+        return tuple(values[name]() for name in params)
+
+    return draw
+
+
+def skeleton(source: str) -> list[str]:
+    """A template's lines with every field blanked by what it stands for (function name,
+    integer, letter or local name): how shapes are compared with UNSEEN_TEMPLATES."""
+    blank = {"f": "F", "g": "F", "k": "K", "c": "C", "cs": "C"}
+    return [_FIELD.sub(lambda m: blank.get(m.group(1), "N"), line) for line in source.splitlines()]
+
+
+def _near_unseen(source: str) -> bool:
+    """True when `source` differs from some unseen template by at most one line."""
+    mine = skeleton(source)
+    for template in UNSEEN_TEMPLATES:
+        theirs = skeleton(template.source)
+        if len(theirs) == len(mine) and sum(a != b for a, b in zip(mine, theirs, strict=True)) <= 1:
+            return True
+    return False
+
+
+def _one_line_bugs(source: str) -> list[tuple[str, tuple[str, str]]]:
+    """(kind, (fragment, replacement)) for every mutation of `source` that changes one line
+    into one line or into nothing, as patterns over the same fields."""
+    marked = _FIELD.sub(lambda m: f"QQ{m.group(1)}", source)
+    lines = marked.splitlines(keepends=True)
+    bugs = []
+    for mutation in find_mutations("shape.py", marked, BUG_KINDS):
+        mutated = mutation.apply(marked).splitlines(keepends=True)
+        changed = [i for i, line in enumerate(lines) if i >= len(mutated) or mutated[i] != line]
+        if not changed:
+            continue
+        at = changed[0]
+        if mutated == lines[:at] + lines[at + 1 :]:
+            new = ""
+        elif len(mutated) == len(lines) and len(changed) == 1:
+            new = mutated[at]
+        else:
+            continue  # a block dropped, or several lines changed
+        unmark = lambda text: _MARKER.sub(r"{\1}", text)  # noqa: E731
+        bugs.append((mutation.kind, (unmark(lines[at]), unmark(new))))
+    for line in source.splitlines(keepends=True):
+        if "{k}" in line:  # the template constant off by one, as the suite's constant bugs
+            bugs.append(("constant_change", (line, line.replace("{k}", "{k_next}", 1))))
+    return bugs
+
+
+def random_template(rng: random.Random) -> tuple[Template, list[tuple[str, tuple[str, str]]]]:
+    """A new function shape and every one-line bug that can be put into it. The returned
+    Template has no bugs of its own: the caller picks one and sets `bugs` to it."""
+    while True:
+        body = "".join(rng.choice(_BODIES)(rng))
+        helper = ""
+        if "{g}" in body:
+            helper = "def {g}({a}, {b}):\n" + "".join(rng.choice(_HELPERS)) + "\n\n"
+        params = _signature(body)
+        source = helper + f"def {{f}}({', '.join('{' + p + '}' for p in params)}):\n" + body
+        if _near_unseen(source):
+            continue
+        bugs = _one_line_bugs(source)
+        if not bugs:
+            continue
+        fields = set(_FIELD.findall(source))
+        name = "shape-" + hashlib.sha256(source.encode()).hexdigest()[:8]
+        template = Template(
+            name=name,
+            source=source,
+            bugs={},
+            args=_arguments(params),
+            ints={"k": INT_RANGE} if "k" in fields else {},
+            chars=("c",) if "c" in fields else (),
+        )
+        return template, bugs
