@@ -38,3 +38,5 @@ def test_cache_key_moves_with_what_the_tokens_depend_on(tmp_path, monkeypatch):
     expert.write_text(expert.read_text() + "# edited\n")
     changed.append(demos_key(tasks, TOKENIZER, HARNESS, ["fix"], 0))
     assert len({key, *changed}) == 1 + len(changed)
+    # The suite's own files are not hashed: what they make is in the task records.
+    assert {p.name for p in demos_module._SOURCES}.isdisjoint({"suite.py", "shapes.py"})
