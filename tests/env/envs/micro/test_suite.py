@@ -67,21 +67,25 @@ def test_sample_passes_real_pytest_before_and_after_the_gold_patch(
     sample = [t for (split, _), t in first_of.items() if split == "train"]
     sample += [t for (split, _), t in first_of.items() if split == "heldout"][:10]
     assert len(sample) == 30
-    for task in sample:
-        workspace = checkout(task, tmp_path / task.instance_id)
-        apply_patch(workspace, task.test_patch)
-    before = run_pytest(tmp_path, timeout=120)
-    for task in sample:
-        workspace = tmp_path / task.instance_id
-        apply_patch(workspace, task.patch)
-    after = run_pytest(tmp_path, timeout=120)
+    _assert_gold_fixes(sample, tmp_path)
+
+
+def _assert_gold_fixes(tasks: list[Task], root: Path) -> None:
+    """Check out `tasks` under `root` with their hidden tests and run pytest over all of
+    them at once: FAIL_TO_PASS fail and PASS_TO_PASS pass; with the gold patches all pass."""
+    for task in tasks:
+        apply_patch(checkout(task, root / task.instance_id), task.test_patch)
+    before = run_pytest(root, timeout=120)
+    for task in tasks:
+        apply_patch(root / task.instance_id, task.patch)
+    after = run_pytest(root, timeout=120)
     assert before.ran and after.ran, before.output + after.output
-    for task in sample:
+    for task in tasks:
         for node in task.FAIL_TO_PASS:
             assert before.outcomes[f"{task.instance_id}/{node}"] == "failed"
         for node in task.PASS_TO_PASS:
             assert before.outcomes[f"{task.instance_id}/{node}"] == "passed"
-    assert len(after.outcomes) == 90 and set(after.outcomes.values()) == {"passed"}
+    assert len(after.outcomes) == 3 * len(tasks) and set(after.outcomes.values()) == {"passed"}
 
 
 def test_fresh_train_tasks_draw_evaluation_symbols_and_check_out(
@@ -110,23 +114,10 @@ def test_fresh_shape_tasks_cycle_the_bug_kinds_and_check_out(
     suite: list[Task], tmp_path: Path
 ) -> None:
     """Tasks of random function shapes: every bug kind in turn, shapes the suite does not
-    have, and real pytest failing FAIL_TO_PASS before the gold patch and
-    passing every test after it."""
+    have, and real pytest failing FAIL_TO_PASS before the gold patch and passing every
+    test after it."""
     fresh = micro.fresh_shape_tasks(16, "test-seed", "shape", tmp_path / "repos")
     assert {t.split for t in fresh} == {"train"}
     assert [t.kind for t in fresh[:8]] == list(micro.shapes.BUG_KINDS)
     assert not {t.origin for t in fresh} & {t.origin for t in suite}
-    for task in fresh:
-        workspace = checkout(task, tmp_path / "work" / task.instance_id)
-        apply_patch(workspace, task.test_patch)
-    before = run_pytest(tmp_path / "work", timeout=120)
-    for task in fresh:
-        apply_patch(tmp_path / "work" / task.instance_id, task.patch)
-    after = run_pytest(tmp_path / "work", timeout=120)
-    assert before.ran and after.ran, before.output + after.output
-    for task in fresh:
-        for node in task.FAIL_TO_PASS:
-            assert before.outcomes[f"{task.instance_id}/{node}"] == "failed"
-        for node in task.PASS_TO_PASS:
-            assert before.outcomes[f"{task.instance_id}/{node}"] == "passed"
-    assert len(after.outcomes) == 16 * 3 and set(after.outcomes.values()) == {"passed"}
+    _assert_gold_fixes(fresh, tmp_path / "work")
