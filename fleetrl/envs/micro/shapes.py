@@ -205,6 +205,11 @@ def _near_unseen(source: str) -> bool:
     return False
 
 
+def _unmark(text: str) -> str:
+    """Marked source text back as a pattern: `QQxs` -> `{xs}`."""
+    return _MARKER.sub(r"{\1}", text)
+
+
 def _one_line_bugs(source: str) -> list[tuple[str, tuple[str, str]]]:
     """(kind, (fragment, replacement)) for every mutation of `source` that changes one line
     into one line or into nothing, as patterns over the same fields."""
@@ -223,8 +228,7 @@ def _one_line_bugs(source: str) -> list[tuple[str, tuple[str, str]]]:
             new = mutated[at]
         else:
             continue  # a block dropped, or several lines changed
-        unmark = lambda text: _MARKER.sub(r"{\1}", text)  # noqa: E731
-        bugs.append((mutation.kind, (unmark(lines[at]), unmark(new))))
+        bugs.append((mutation.kind, (_unmark(lines[at]), _unmark(new))))
     for line in source.splitlines(keepends=True):
         if "{k}" in line:  # the template constant off by one, as the suite's constant bugs
             bugs.append(("constant_change", (line, line.replace("{k}", "{k_next}", 1))))
