@@ -20,6 +20,8 @@ from fleetrl.store.weights import WeightStore
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
+STEPS = 10
+
 
 def children(pid: int) -> dict[int, str]:
     """The launcher's child processes: pid -> command line."""
@@ -56,7 +58,7 @@ def steps_logged(metrics: Path) -> int:
 
 def test_trainer_and_region_killed_mid_run_finish_exactly_once(tmp_path, tiny_checkpoint):
     overrides = [
-        f"model.path={tiny_checkpoint}", "trainer.steps=8", "trainer.groups_per_step=2",
+        f"model.path={tiny_checkpoint}", f"trainer.steps={STEPS}", "trainer.groups_per_step=2",
         "trainer.checkpoint_every=3", "trainer.max_staleness=1", "rollout.group_size=2",
         "trainer.dynamic_sampling=false",
         "rollout.max_concurrent_groups=2", "harness.max_turns=2", "eval.enabled=false",
@@ -67,7 +69,8 @@ def test_trainer_and_region_killed_mid_run_finish_exactly_once(tmp_path, tiny_ch
     launcher = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
     run = tmp_path / "f"
     # Kill points: the trainer after steps 2 (before its first checkpoint), 4 and 7 (one
-    # step past a checkpoint each), region-1 after step 3, mid-group.
+    # step past a checkpoint each), region-1 after step 3, mid-group. The last kill has three
+    # steps of margin: a trainer killed after its final checkpoint would have nothing to redo.
     kills = [(2, "trainer"), (3, "region-1"), (4, "trainer"), (7, "trainer")]
     killed = []
     deadline = time.monotonic() + 800
@@ -75,9 +78,10 @@ def test_trainer_and_region_killed_mid_run_finish_exactly_once(tmp_path, tiny_ch
         while kills and launcher.poll() is None and time.monotonic() < deadline:
             step, role = kills[0]
             pid = role_pid(launcher.pid, role)
-            if steps_logged(run / "metrics.jsonl") >= step and pid is not None:
+            logged = steps_logged(run / "metrics.jsonl")
+            if logged >= step and pid is not None:
                 os.kill(pid, signal.SIGKILL)
-                killed.append((step, role))
+                killed.append((logged, role))
                 kills.pop(0)
                 time.sleep(1.0)  # let the launcher see the death before the next poll
             time.sleep(0.2)
@@ -87,15 +91,16 @@ def test_trainer_and_region_killed_mid_run_finish_exactly_once(tmp_path, tiny_ch
             launcher.kill()
         log.close()
     assert [role for _, role in killed] == ["trainer", "region-1", "trainer", "trainer"]
+    assert killed[-1][0] < STEPS, f"the last kill came too late to be redone: {killed}"
 
     records = [json.loads(line) for line in (run / "metrics.jsonl").open()]
     train = [r for r in records if r["kind"] == "train"]
     last = {r["step"]: r for r in train}  # a later incarnation's record of a step wins
-    assert sorted(last) == list(range(1, 9))
+    assert sorted(last) == list(range(1, STEPS + 1))
     assert max(r["incarnation"] for r in train) == 4  # three restarts
     kinds = ("group_ids", "skipped_group_ids", "dropped_group_ids")
     accounted = [g for s in sorted(last) for k in kinds for g in last[s][k]]
-    accounted += last[8]["pending_group_ids"]
+    accounted += last[STEPS]["pending_group_ids"]
     assert len(accounted) == len(set(accounted)), "a group was trained twice"
     by_region: dict[str, list[int]] = {}
     for group in accounted:
@@ -108,7 +113,7 @@ def test_trainer_and_region_killed_mid_run_finish_exactly_once(tmp_path, tiny_ch
     # final trainer's, above every version a dead incarnation published.
     weights = WeightStore(str(run / "store"))
     versions = weights.versions()
-    assert weights.latest() == max(versions) == last[8]["version"]
+    assert weights.latest() == max(versions) == last[STEPS]["version"]
     assert [r["version"] for r in (last[s] for s in sorted(last))] == sorted(
         r["version"] for r in last.values()
     )
