@@ -16,9 +16,8 @@ tells whether the ceiling of `docs/benchmarks.md` is the split's or the trainer'
 import argparse
 from pathlib import Path
 
+from fleetrl.envs.folders import write_micro_folder
 from fleetrl.envs.micro import suite as micro
-from fleetrl.envs.records import write_jsonl
-from fleetrl.envs.suites import load_tasks
 
 SEED = "fleetrl-micro-control-v1"
 
@@ -26,16 +25,17 @@ SEED = "fleetrl-micro-control-v1"
 def main() -> None:
     """Write DIR/tasks.jsonl and DIR/repos."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("dir", type=Path)
-    parser.add_argument("--size", type=int, default=440)
+    parser.add_argument("dir", type=Path, help="the task folder to write (must not exist)")
+    parser.add_argument("--size", type=int, default=440, help="train tasks to draw")
     args = parser.parse_args()
+    if args.dir.exists():
+        parser.error(f"{args.dir} exists: give a folder that does not exist yet")
+    args.dir = args.dir.resolve()  # task records hold absolute repository paths
     args.dir.mkdir(parents=True)
     # Drawn as `val` tasks (evaluation constants and letters), filed as `train`.
     tasks = micro.fresh_train_tasks(args.size, "val", SEED, "control-train", args.dir / "repos")
-    for split in ("val", "heldout", "heldout-templates"):
-        tasks += load_tasks(suite="micro", split=split)
-    write_jsonl(tasks, args.dir / "tasks.jsonl")
-    print(f"{len(tasks)} tasks in {args.dir / 'tasks.jsonl'}")
+    path = write_micro_folder(tasks, args.dir)
+    print(f"{len(tasks)} train tasks and the bundled evaluation splits in {path}")
 
 
 if __name__ == "__main__":

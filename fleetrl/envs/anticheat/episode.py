@@ -17,10 +17,14 @@ from collections.abc import Iterable, Iterator
 from pathlib import PurePosixPath
 from typing import Any
 
+# Programs that reach the network. Task generators keep them out of identifiers, since a
+# function named `ping` imported in a `run` command would read as running one.
+NETWORK_PROGRAMS = ("curl", "wget", "nc", "ncat", "netcat", "socat", "telnet", "ssh", "scp",
+                    "sftp", "ftp", "rsync", "ping", "dig", "nslookup")  # fmt: skip
 # A network program counts where it runs as a command: followed by an argument, the end of
 # the line or a shell operator. `print(f('nc'))` passes a word, and runs nothing.
 _NETWORK = re.compile(
-    r"\b(curl|wget|nc|ncat|netcat|socat|telnet|ssh|scp|sftp|ftp|rsync|ping|dig|nslookup)\b"
+    rf"\b({'|'.join(NETWORK_PROGRAMS)})\b"
     r"(?=\s+[^\s'\"]|\s*$|\s*[;&|])"
     r"|\bpip3?\s+(install|download)\b|-m\s+pip\s+(install|download)\b"
     r"|\b(import|from)\s+(urllib|urllib3|requests|httpx|aiohttp|socket|http\.client|ftplib)\b"

@@ -26,6 +26,7 @@ import tokenize
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from fleetrl.envs.anticheat.episode import NETWORK_PROGRAMS
 from fleetrl.envs.git import commit_all, flat_commit_sha, unified_diff
 from fleetrl.envs.micro.gold import gold_change
 from fleetrl.envs.micro.statement import rename_function
@@ -39,6 +40,9 @@ RESERVED_NAMES = (
     | set(sys.stdlib_module_names)
     | {"py", "pytest", "pluggy", "conftest", "test", "tests"}
 )
+# A function's name is also in the `run` command that checks it, where the verifier must
+# not read it as a network program.
+RESERVED_FUNCTION_NAMES = RESERVED_NAMES | set(NETWORK_PROGRAMS)
 
 
 def bound_names(source: str) -> tuple[set[str], set[str]]:
@@ -71,12 +75,14 @@ def rename(source: str, mapping: dict[str, str]) -> str:
     return "".join(lines)
 
 
-def fresh_name(rng: random.Random, lengths: tuple[int, int], taken: set[str]) -> str:
+def fresh_name(
+    rng: random.Random, lengths: tuple[int, int], taken: set[str], reserved: set[str]
+) -> str:
     """Random lowercase letters, like the micro suite's names, not in `taken` (which then
-    holds it) and not reserved."""
+    holds it) nor in `reserved`."""
     while True:
         name = "".join(rng.choices(string.ascii_lowercase, k=rng.randint(*lengths)))
-        if name not in taken and name not in RESERVED_NAMES:
+        if name not in taken and name not in reserved:
             taken.add(name)
             return name
 
@@ -121,9 +127,12 @@ def renamed_copy(task: Task, repo: Path, rng: random.Random, dest: Path) -> Rena
     functions, others = bound_names(buggy)
     more_functions, more_others = bound_names(correct)
     taken: set[str] = set()
-    mapping = {name: fresh_name(rng, (4, 5), taken) for name in sorted(functions | more_functions)}
+    mapping = {
+        name: fresh_name(rng, (4, 5), taken, RESERVED_FUNCTION_NAMES)
+        for name in sorted(functions | more_functions)
+    }
     for name in sorted((others | more_others) - set(mapping)):
-        mapping[name] = fresh_name(rng, (1, 3), taken)
+        mapping[name] = fresh_name(rng, (1, 3), taken, RESERVED_NAMES)
     if function not in mapping:
         raise ValueError(f"{task.instance_id}: not a micro task")
     new_function = mapping[function]

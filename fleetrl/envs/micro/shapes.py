@@ -23,7 +23,13 @@ import random
 import re
 from collections.abc import Callable
 
-from fleetrl.envs.micro.templates import UNSEEN_TEMPLATES, Args, Template, _ints, _word
+from fleetrl.envs.micro.templates import (
+    UNSEEN_TEMPLATES,
+    Args,
+    Template,
+    random_ints,
+    random_word,
+)
 from fleetrl.envs.mutations import KINDS, find_mutations
 
 BUG_KINDS = tuple(kind for kind in KINDS if kind != "feature_deletion")  # micro's eight
@@ -177,8 +183,8 @@ def _signature(body: str) -> list[str]:
 def _arguments(params: list[str]) -> Callable[[random.Random, dict[str, int | str]], Args]:
     def draw(r: random.Random, p: dict[str, int | str]) -> Args:
         values = {
-            "xs": lambda: _ints(r, 1, 6, -5, 15),
-            "s": lambda: _word(r, 1, 7, str(p.get("c", "")) + str(p.get("cs", ""))),
+            "xs": lambda: random_ints(r, 1, 6, -5, 15),
+            "s": lambda: random_word(r, 1, 7, str(p.get("c", "")) + str(p.get("cs", ""))),
             "x": lambda: r.randint(-10, 20),
             "t": lambda: r.randint(-2, 10),
             "y": lambda: r.randint(-10, 20),

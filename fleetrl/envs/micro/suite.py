@@ -53,7 +53,7 @@ from pathlib import Path
 from fleetrl.envs.cache import cache_dir
 from fleetrl.envs.git import commit_all, flat_commit_sha, unified_diff
 from fleetrl.envs.micro import shapes
-from fleetrl.envs.micro.names import RESERVED_NAMES
+from fleetrl.envs.micro.names import RESERVED_FUNCTION_NAMES, RESERVED_NAMES
 from fleetrl.envs.micro.statement import write_statement
 from fleetrl.envs.micro.templates import TEMPLATES, UNSEEN_TEMPLATES, Template
 from fleetrl.types import Task
@@ -114,7 +114,7 @@ class _Names:
     def function(self, rng: random.Random) -> str:
         while True:
             name = "".join(rng.choices(string.ascii_lowercase, k=rng.randint(4, 5)))
-            if name not in RESERVED_NAMES and name not in self.functions:
+            if name not in RESERVED_FUNCTION_NAMES and name not in self.functions:
                 self.functions.add(name)
                 return name
 
@@ -319,34 +319,47 @@ def fresh_train_tasks(size: int, draw_as: str, seed: str, prefix: str, repos: Pa
     return tasks
 
 
-def fresh_shape_tasks(size: int, seed: str, prefix: str, repos: Path) -> list[Task]:
-    """`size` training tasks of function shapes drawn at random (`fleetrl.envs.micro.shapes`),
-    with train constants and letters, the eight bug kinds cycled and function names no
-    suite task uses; ids `<prefix>-<index>`, repositories written under `repos`. Every
-    task is a new shape, so a model trained on them cannot memorise the lines it edits."""
+def fresh_shape_tasks(
+    size: int,
+    seed: str,
+    prefix: str,
+    repos: Path,
+    split: str = "train",
+    avoid: frozenset[str] = frozenset(),
+) -> list[Task]:
+    """`size` tasks of function shapes drawn at random (`fleetrl.envs.micro.shapes`), with
+    the eight bug kinds cycled and function names no suite task uses; ids
+    `<prefix>-<index>`, repositories written under `repos`, filed under `split`, whose side
+    gives the constants and letters (`constants_side`). Every task is a shape no other task
+    has and none in `avoid` (shape names, a task's `origin`), so a model trained on them
+    cannot memorise the lines it edits, and tasks of unseen shapes can be drawn for
+    evaluation."""
     names = _Names()
     names.functions |= {spec.function for spec in _specs()}
     rng = random.Random(seed)
     tasks: list[Task] = []
+    drawn = set(avoid)
     while len(tasks) < size:
         kind = shapes.BUG_KINDS[len(tasks) % len(shapes.BUG_KINDS)]
         template, bugs = shapes.random_template(rng)
         of_kind = [bug for bug_kind, bug in bugs if bug_kind == kind]
-        if not of_kind:
+        if not of_kind or template.name in drawn:
             continue
         template = dataclasses.replace(template, bugs={kind: rng.choice(of_kind)})
         try:
-            spec = _make(f"{prefix}-{len(tasks):04d}", "train", template, kind, rng, names)
+            spec = _make(f"{prefix}-{len(tasks):04d}", split, template, kind, rng, names)
         except RuntimeError:  # no call tells this bug apart, or its line is never unique
             continue
-        tasks.append(_write_fresh(spec, repos))
+        tasks.append(_write_fresh(spec, repos, split))
+        drawn.add(template.name)
     return tasks
 
 
-def _write_fresh(spec: _Spec, repos: Path) -> Task:
-    """The train Task of a spec beyond the suite, its repository written under `repos`."""
+def _write_fresh(spec: _Spec, repos: Path, split: str = "train") -> Task:
+    """The Task of a spec beyond the suite, filed under `split`, its repository written
+    under `repos`."""
     repo = repos / spec.instance_id
-    task = dataclasses.replace(_task(spec, repo), split="train")
+    task = dataclasses.replace(_task(spec, repo), split=split)
     repo.mkdir(parents=True)
     _write_base(spec, repo)
     if commit_all(repo) != task.base_commit:

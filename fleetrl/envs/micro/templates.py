@@ -36,12 +36,14 @@ class Template:
     chars: tuple[str, ...] = ()  # fields that hold one letter each (all distinct)
 
 
-def _ints(r: random.Random, n_min: int, n_max: int, lo: int, hi: int) -> list[int]:
+def random_ints(r: random.Random, n_min: int, n_max: int, lo: int, hi: int) -> list[int]:
+    """A list of n_min..n_max integers in lo..hi: a template argument."""
     return [r.randint(lo, hi) for _ in range(r.randint(n_min, n_max))]
 
 
-def _word(r: random.Random, n_min: int, n_max: int, extra: str = "") -> str:
-    # Letters drawn mostly from `extra` when given, so the template's characters occur.
+def random_word(r: random.Random, n_min: int, n_max: int, extra: str = "") -> str:
+    """A word of n_min..n_max lowercase letters, drawn mostly from `extra` when given so
+    that the template's characters occur: a template argument."""
     pool = string.ascii_lowercase + extra * 8
     return "".join(r.choice(pool) for _ in range(r.randint(n_min, n_max)))
 
@@ -54,16 +56,16 @@ def _clamp_args(r: random.Random, p: dict[str, int | str]) -> Args:
 
 def _between_args(r: random.Random, p: dict[str, int | str]) -> Args:
     lo = r.randint(0, 7)
-    return (_ints(r, 3, 6, 0, 15), lo, lo + r.randint(1, 8))
+    return (random_ints(r, 3, 6, 0, 15), lo, lo + r.randint(1, 8))
 
 
 def _maybe_sorted(r: random.Random, p: dict[str, int | str]) -> Args:
-    xs = _ints(r, 2, 5, 0, 20)
+    xs = random_ints(r, 2, 5, 0, 20)
     return (sorted(xs) if r.random() < 0.5 else xs,)
 
 
 def _padded(r: random.Random, p: dict[str, int | str]) -> Args:
-    word = _word(r, 1, 5, str(p["c"]) + str(p["d"]))
+    word = random_word(r, 1, 5, str(p["c"]) + str(p["d"]))
     return (" " * r.randint(0, 2) + word + " " * r.randint(0, 2),)
 
 
@@ -100,7 +102,7 @@ TEMPLATES: list[Template] = [
             "negated_condition": ("if {ch} in", "if {ch} not in"),
             "operator_swap": ("{n} += 1", "{n} -= 1"),
         },
-        args=lambda r, p: (_word(r, 3, 8, str(p["cs"])),),
+        args=lambda r, p: (random_word(r, 3, 8, str(p["cs"])),),
     ),
     Template(
         name="running_max",
@@ -120,7 +122,7 @@ TEMPLATES: list[Template] = [
             "dropped_statement": ("        {out}.append({best})\n", ""),
             "wrong_return_value": ("return {out}", "return {best}"),
         },
-        args=lambda r, p: (_ints(r, 2, 6, -9, 20),),
+        args=lambda r, p: (random_ints(r, 2, 6, -9, 20),),
     ),
     Template(
         name="sum_multiples",
@@ -137,7 +139,7 @@ TEMPLATES: list[Template] = [
             "constant_change": ("% {k} ==", "% {k_next} =="),
             "operator_swap": ("{t} += {v}", "{t} -= {v}"),
         },
-        args=lambda r, p: (_ints(r, 3, 6, 0, 40),),
+        args=lambda r, p: (random_ints(r, 3, 6, 0, 40),),
         ints={"k": (2, 9)},
     ),
     Template(
@@ -158,7 +160,7 @@ TEMPLATES: list[Template] = [
             "operator_swap": ("{a} * {k} + {b}", "{a} * {k} - {b}"),
             "constant_change": ("{t} = 0", "{t} = 1"),
         },
-        args=lambda r, p: (_ints(r, 2, 4, 0, int(p["k"]) - 1),),
+        args=lambda r, p: (random_ints(r, 2, 4, 0, int(p["k"]) - 1),),
         ints={"k": (2, 9)},
     ),
     Template(
@@ -191,7 +193,7 @@ TEMPLATES: list[Template] = [
             "operator_swap": ("({w} - len", "({w} + len"),
             "wrong_return_value": ("        return {s}\n", "        return ''\n"),
         },
-        args=lambda r, p: (_word(r, 1, 5), r.randint(0, 8)),
+        args=lambda r, p: (random_word(r, 1, 5), r.randint(0, 8)),
         chars=("c",),
     ),
     Template(
@@ -208,7 +210,7 @@ TEMPLATES: list[Template] = [
             "wrong_return_value": ("return -1", "return 0"),
             "off_by_one": ("return {i}\n", "return {i} + 1\n"),
         },
-        args=lambda r, p: (_ints(r, 2, 6, 0, 20), r.randint(0, 20)),
+        args=lambda r, p: (random_ints(r, 2, 6, 0, 20), r.randint(0, 20)),
     ),
     Template(
         name="product_from",
@@ -240,7 +242,7 @@ TEMPLATES: list[Template] = [
             "wrong_return_value": ("        return {k}\n", "        return {xs}\n"),
             "negated_condition": ("if not {xs}:", "if {xs}:"),
         },
-        args=lambda r, p: ([] if r.random() < 0.25 else _ints(r, 1, 5, 0, 30),),
+        args=lambda r, p: ([] if r.random() < 0.25 else random_ints(r, 1, 5, 0, 30),),
         ints={"k": (0, 9)},
     ),
     Template(
@@ -257,7 +259,7 @@ TEMPLATES: list[Template] = [
             "constant_change": ("% 26", "% 25"),
             "off_by_one": ("% 26 + 97", "% 26 + 98"),
         },
-        args=lambda r, p: (_word(r, 2, 5),),
+        args=lambda r, p: (random_word(r, 2, 5),),
         ints={"k": (1, 9)},
     ),
     Template(
@@ -292,7 +294,7 @@ TEMPLATES: list[Template] = [
             "off_by_one": ("len({xs}))", "len({xs}) - 1)"),
             "wrong_return_value": ("return {j}", "return {xs}[{j}]"),
         },
-        args=lambda r, p: (_ints(r, 2, 6, 0, 30),),
+        args=lambda r, p: (random_ints(r, 2, 6, 0, 30),),
     ),
     Template(
         name="is_sorted",
@@ -327,7 +329,7 @@ TEMPLATES: list[Template] = [
             "operator_swap": ("{t} += {v}", "{t} -= {v}"),
             "constant_change": ("{t} = {k}\n", "{t} = {k_next}\n"),
         },
-        args=lambda r, p: (_ints(r, 2, 5, 0, 20),),
+        args=lambda r, p: (random_ints(r, 2, 5, 0, 20),),
         ints={"k": (0, 9)},
     ),
     Template(
@@ -391,7 +393,7 @@ TEMPLATES: list[Template] = [
             "comparison_flip": ("{v} > {k}", "{v} < {k}"),
             "wrong_return_value": ("return {t} // {n}", "return {t}"),
         },
-        args=lambda r, p: (_ints(r, 2, 6, 0, 20),),
+        args=lambda r, p: (random_ints(r, 2, 6, 0, 20),),
         ints={"k": (0, 9)},
     ),
     Template(
@@ -433,7 +435,7 @@ UNSEEN_TEMPLATES: list[Template] = [
             "operator_swap": ("{n} += 1", "{n} -= 1"),
             "constant_change": ("{n} = 0", "{n} = 1"),
         },
-        args=lambda r, p: (_ints(r, 2, 6, 0, 4), r.randint(0, 4)),
+        args=lambda r, p: (random_ints(r, 2, 6, 0, 4), r.randint(0, 4)),
     ),
     Template(
         name="last_index",
@@ -451,7 +453,7 @@ UNSEEN_TEMPLATES: list[Template] = [
             "comparison_flip": ("while {i} >= 0:", "while {i} > 0:"),
             "wrong_return_value": ("    return -1\n", "    return 0\n"),
         },
-        args=lambda r, p: (_ints(r, 2, 6, 0, 5), r.randint(0, 5)),
+        args=lambda r, p: (random_ints(r, 2, 6, 0, 5), r.randint(0, 5)),
     ),
     Template(
         name="scale_add",
@@ -467,7 +469,7 @@ UNSEEN_TEMPLATES: list[Template] = [
             "operator_swap": ("* {k} + 1", "* {k} - 1"),
             "wrong_return_value": ("return {out}", "return {xs}"),
         },
-        args=lambda r, p: (_ints(r, 1, 5, -5, 9),),
+        args=lambda r, p: (random_ints(r, 1, 5, -5, 9),),
         ints={"k": (2, 9)},
     ),
     Template(
@@ -485,7 +487,7 @@ UNSEEN_TEMPLATES: list[Template] = [
             "off_by_one": ("range(1, len({xs}))", "range(2, len({xs}))"),
             "operator_swap": ("return {a} - {b}", "return {a} + {b}"),
         },
-        args=lambda r, p: (_ints(r, 2, 6, -5, 9),),
+        args=lambda r, p: (random_ints(r, 2, 6, -5, 9),),
     ),
     Template(
         name="drop_letter",
@@ -502,7 +504,7 @@ UNSEEN_TEMPLATES: list[Template] = [
             "dropped_statement": ("            {out} += {ch}\n", "            pass\n"),
             "wrong_return_value": ("return {out}", "return {s}"),
         },
-        args=lambda r, p: (_word(r, 2, 7, str(p["c"])),),
+        args=lambda r, p: (random_word(r, 2, 7, str(p["c"])),),
         chars=("c",),
     ),
 ]

@@ -114,10 +114,17 @@ def test_fresh_shape_tasks_cycle_the_bug_kinds_and_check_out(
     suite: list[Task], tmp_path: Path
 ) -> None:
     """Tasks of random function shapes: every bug kind in turn, shapes the suite does not
-    have, and real pytest failing FAIL_TO_PASS before the gold patch and passing every
-    test after it."""
+    have and no two tasks share, unseen ones for evaluation, and real pytest failing
+    FAIL_TO_PASS before the gold patch and passing every test after it."""
     fresh = micro.fresh_shape_tasks(16, "test-seed", "shape", tmp_path / "repos")
     assert {t.split for t in fresh} == {"train"}
     assert [t.kind for t in fresh[:8]] == list(micro.shapes.BUG_KINDS)
     assert not {t.origin for t in fresh} & {t.origin for t in suite}
-    _assert_gold_fixes(fresh, tmp_path / "work")
+    assert len({t.origin for t in fresh}) == len(fresh)
+    unseen = micro.fresh_shape_tasks(
+        8, "test-seed", "unseen", tmp_path / "repos", "heldout-shapes",
+        avoid=frozenset(t.origin for t in fresh),
+    )  # fmt: skip
+    assert {t.split for t in unseen} == {"heldout-shapes"}
+    assert not {t.origin for t in unseen} & {t.origin for t in fresh}
+    _assert_gold_fixes(fresh + unseen, tmp_path / "work")
