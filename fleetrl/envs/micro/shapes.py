@@ -5,12 +5,13 @@ by heart. On a function of another shape (`heldout-templates`) it writes a train
 template's line into `edit_file` instead of copying the file's, and its edit is refused.
 Copying is what transfers to a new shape, and a model only has to copy once the lines it
 edits stop being few enough to memorise. `random_template` draws a new shape from a small
-grammar: a loop over a list (plain or by index, an accumulator, a condition, an else
-branch, a helper function), a list comprehension, a loop over a string, an early-return
-search, or branches on integers. Its bugs come from the syntax-tree mutations of
-`fleetrl.envs.mutations`, one changed line each, and it is returned as a `Template`, so
-the suite's own machinery (names, constants, tests, statement, demonstrations) makes
-tasks of it.
+grammar of common idioms: a loop over a list (plain, by index, with `enumerate`, over a
+`zip` of two lists, or a `while` loop; an accumulator, a condition, an else branch, a
+`break` or `continue`, a helper function), a list comprehension, a tally in a dict, a
+loop over a string, an early-return search, or branches on integers. Its bugs come from
+the syntax-tree mutations of `fleetrl.envs.mutations`, one changed line each, and it is
+returned as a `Template`, so the suite's own machinery (names, constants, tests,
+statement, demonstrations) makes tasks of it.
 
 A shape is never within one line of an UNSEEN_TEMPLATES function, compared with names,
 constants and letters blanked (`skeleton`), so `heldout-templates` stays unseen.
@@ -162,6 +163,66 @@ def _comprehension(r: random.Random) -> list[str]:
     return [*lines, f"    return {r.choice(('{out}', 'len({out})', 'sum({out})'))}\n"]
 
 
+def _while_loop(r: random.Random) -> list[str]:
+    return [
+        "    {i} = 0\n",
+        f"    {{acc}} = {r.choice(('0', '1'))}\n",
+        "    while {i} < len({xs}):\n",
+        f"        if {r.choice(_LIST_CONDITIONS).replace('{v}', '{xs}[{i}]')}:\n",
+        f"            {r.choice(_NUMBER_UPDATES).replace('{v}', '{xs}[{i}]')}\n",
+        "        {i} += 1\n",
+        f"    return {r.choice(_NUMBER_RETURNS)}\n",
+    ]
+
+
+def _stop_early(r: random.Random) -> list[str]:
+    update = r.choice(_NUMBER_UPDATES[:3])
+    return [
+        "    {acc} = 0\n",
+        "    for {v} in {xs}:\n",
+        f"        if {r.choice(_LIST_CONDITIONS)}:\n",
+        f"            {r.choice(('break', 'continue'))}\n",
+        f"        {update}\n",
+        f"    return {r.choice(_NUMBER_RETURNS)}\n",
+    ]
+
+
+def _enumerate_loop(r: random.Random) -> list[str]:
+    condition = r.choice(("{i} % 2 == 0", "{v} > {i}", "{i} < {k}", "{v} == {i}"))
+    update = r.choice(("{acc} += {v}", "{acc} += {i}", "{acc} += {v} * {i}", "{acc} = {i}"))
+    return [
+        f"    {{acc}} = {r.choice(('0', '-1'))}\n",
+        "    for {i}, {v} in enumerate({xs}):\n",
+        f"        if {condition}:\n",
+        f"            {update}\n",
+        "    return {acc}\n",
+    ]
+
+
+def _zip_loop(r: random.Random) -> list[str]:
+    condition = r.choice(("{v} > {w}", "{v} == {w}", "{v} + {w} > {k}", "{v} != {w}"))
+    update = r.choice(("{acc} += 1", "{acc} += {v} - {w}", "{acc}.append({v} * {w})"))
+    acc_init = "[]" if "append" in update else "0"
+    return [
+        f"    {{acc}} = {acc_init}\n",
+        "    for {v}, {w} in zip({xs}, {ys}):\n",
+        f"        if {condition}:\n",
+        f"            {update}\n",
+        "    return {acc}\n",
+    ]
+
+
+def _tally(r: random.Random) -> list[str]:
+    key = r.choice(("{v}", "{v} % {k}", "{v} > {t}"))
+    result = r.choice(("len({out})", "{out}.get({t}, 0)", "max({out}.values())"))
+    return [
+        "    {out} = dict()\n",
+        "    for {v} in {xs}:\n",
+        f"        {{out}}[{key}] = {{out}}.get({key}, 0) + 1\n",
+        f"    return {result}\n",
+    ]
+
+
 _BODIES: tuple[Callable[[random.Random], list[str]], ...] = (
     _list_loop,
     _list_loop,
@@ -170,6 +231,11 @@ _BODIES: tuple[Callable[[random.Random], list[str]], ...] = (
     _comprehension,
     _string_loop,
     _branches,
+    _while_loop,
+    _stop_early,
+    _enumerate_loop,
+    _zip_loop,
+    _tally,
 )
 
 
@@ -177,13 +243,14 @@ def _signature(body: str) -> list[str]:
     """The parameters a body uses, in a fixed order (its first one always)."""
     used = set(_FIELD.findall(body))
     first = next(p for p in ("xs", "s", "x") if p in used)
-    return [first, *(p for p in ("t", "y") if p in used)]
+    return [first, *(p for p in ("ys", "t", "y") if p in used)]
 
 
 def _arguments(params: list[str]) -> Callable[[random.Random, dict[str, int | str]], Args]:
     def draw(r: random.Random, p: dict[str, int | str]) -> Args:
         values = {
             "xs": lambda: random_ints(r, 1, 6, -5, 15),
+            "ys": lambda: random_ints(r, 1, 6, -5, 15),
             "s": lambda: random_word(r, 1, 7, str(p.get("c", "")) + str(p.get("cs", ""))),
             "x": lambda: r.randint(-10, 20),
             "t": lambda: r.randint(-2, 10),
