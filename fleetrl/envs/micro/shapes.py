@@ -5,10 +5,12 @@ by heart. On a function of another shape (`heldout-templates`) it writes a train
 template's line into `edit_file` instead of copying the file's, and its edit is refused.
 Copying is what transfers to a new shape, and a model only has to copy once the lines it
 edits stop being few enough to memorise. `random_template` draws a new shape from a small
-grammar of common idioms: a loop over a list (plain, by index, with `enumerate`, over a
-`zip` of two lists, or a `while` loop; an accumulator, a condition, an else branch, a
-`break` or `continue`, a helper function), a list comprehension, a tally in a dict, a
-loop over a string, an early-return search, or branches on integers. Its bugs come from
+grammar of common idioms: a loop over a list (plain, by index, with `enumerate`, or over
+a `zip` of two lists; an accumulator, a condition, an else branch, a `break` or
+`continue`, a helper function), a list comprehension, a tally in a dict, a loop over a
+string, an early-return search, or branches on integers. No `while` loop: a bug that
+drops its increment never ends, and tasks are made by running the buggy function in
+this process. Its bugs come from
 the syntax-tree mutations of `fleetrl.envs.mutations`, one changed line each, and it is
 returned as a `Template`, so the suite's own machinery (names, constants, tests,
 statement, demonstrations) makes tasks of it.
@@ -163,18 +165,6 @@ def _comprehension(r: random.Random) -> list[str]:
     return [*lines, f"    return {r.choice(('{out}', 'len({out})', 'sum({out})'))}\n"]
 
 
-def _while_loop(r: random.Random) -> list[str]:
-    return [
-        "    {i} = 0\n",
-        f"    {{acc}} = {r.choice(('0', '1'))}\n",
-        "    while {i} < len({xs}):\n",
-        f"        if {r.choice(_LIST_CONDITIONS).replace('{v}', '{xs}[{i}]')}:\n",
-        f"            {r.choice(_NUMBER_UPDATES).replace('{v}', '{xs}[{i}]')}\n",
-        "        {i} += 1\n",
-        f"    return {r.choice(_NUMBER_RETURNS)}\n",
-    ]
-
-
 def _stop_early(r: random.Random) -> list[str]:
     update = r.choice(_NUMBER_UPDATES[:3])
     return [
@@ -231,7 +221,6 @@ _BODIES: tuple[Callable[[random.Random], list[str]], ...] = (
     _comprehension,
     _string_loop,
     _branches,
-    _while_loop,
     _stop_early,
     _enumerate_loop,
     _zip_loop,
