@@ -10,10 +10,9 @@ a `zip` of two lists; an accumulator, a condition, an else branch, a `break` or
 `continue`, a helper function), a list comprehension, a tally in a dict, a loop over a
 string, an early-return search, or branches on integers. No `while` loop: a bug that
 drops its increment never ends, and tasks are made by running the buggy function in
-this process. Its bugs come from
-the syntax-tree mutations of `fleetrl.envs.mutations`, one changed line each, and it is
-returned as a `Template`, so the suite's own machinery (names, constants, tests,
-statement, demonstrations) makes tasks of it.
+this process. Its bugs come from the syntax-tree mutations of `fleetrl.envs.mutations`,
+one changed line each, and it is returned as a `Template`, so the suite's own machinery
+(names, constants, tests, statement, demonstrations) makes tasks of it.
 
 A shape is never within one line of an UNSEEN_TEMPLATES function, compared with names,
 constants and letters blanked (`skeleton`), so `heldout-templates` stays unseen.
