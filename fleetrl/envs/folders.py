@@ -28,10 +28,9 @@ def write_micro_folder(own: list[Task], folder: Path) -> Path:
     `own` (the suite's train split) or the evaluation splits gets its repository written
     under `folder`/repos. Returns the file's path."""
     folder = folder.resolve()
-    bundled = {task.instance_id for task in load_tasks(suite="micro")}
-    tasks = list(own)
-    for split in EVAL_SPLITS:
-        tasks += load_tasks(suite="micro", split=split)
+    suite = load_tasks(suite="micro")
+    bundled = {task.instance_id for task in suite}
+    tasks = own + [task for split in EVAL_SPLITS for task in suite if task.split == split]
     placed = []
     for task in tasks:
         if task.instance_id in bundled:

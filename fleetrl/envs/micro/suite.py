@@ -53,7 +53,7 @@ from pathlib import Path
 from fleetrl.envs.cache import cache_dir
 from fleetrl.envs.git import commit_all, flat_commit_sha, unified_diff
 from fleetrl.envs.micro import shapes
-from fleetrl.envs.micro.names import RESERVED_FUNCTION_NAMES, RESERVED_NAMES
+from fleetrl.envs.micro.names import RESERVED_FUNCTION_NAMES, RESERVED_NAMES, fresh_name
 from fleetrl.envs.micro.statement import write_statement
 from fleetrl.envs.micro.templates import TEMPLATES, UNSEEN_TEMPLATES, Template
 from fleetrl.types import Task
@@ -112,11 +112,7 @@ class _Names:
         self.functions: set[str] = set()
 
     def function(self, rng: random.Random) -> str:
-        while True:
-            name = "".join(rng.choices(string.ascii_lowercase, k=rng.randint(4, 5)))
-            if name not in RESERVED_FUNCTION_NAMES and name not in self.functions:
-                self.functions.add(name)
-                return name
+        return fresh_name(rng, (4, 5), self.functions, RESERVED_FUNCTION_NAMES)
 
     def local(self, rng: random.Random, taken: set[str]) -> str:
         while True:
