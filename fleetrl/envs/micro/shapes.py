@@ -8,11 +8,12 @@ edits stop being few enough to memorise. `random_template` draws a new shape fro
 grammar of common idioms: a loop over a list (plain, by index, with `enumerate`, or over
 a `zip` of two lists; an accumulator, a condition, an else branch, a `break` or
 `continue`, a helper function), a list comprehension, a tally in a dict, a loop over a
-string, an early-return search, or branches on integers. No `while` loop: a bug that
-drops its increment never ends, and tasks are made by running the buggy function in
-this process. Its bugs come from the syntax-tree mutations of `fleetrl.envs.mutations`,
-one changed line each, and it is returned as a `Template`, so the suite's own machinery
-(names, constants, tests, statement, demonstrations) makes tasks of it.
+string, an early-return search, a `while` loop (a scan of a list, or an integer counted
+down), or branches on integers. A bug that makes a `while` loop never end is caught by
+the suite's step limit, and such a call is never a test. Its bugs come from the
+syntax-tree mutations of `fleetrl.envs.mutations`, one changed line each, and it is
+returned as a `Template`, so the suite's own machinery (names, constants, tests,
+statement, demonstrations) makes tasks of it.
 
 A shape is never within one line of an UNSEEN_TEMPLATES function, compared with names,
 constants and letters blanked (`skeleton`), so `heldout-templates` stays unseen.
@@ -212,6 +213,28 @@ def _tally(r: random.Random) -> list[str]:
     ]
 
 
+def _while_scan(r: random.Random) -> list[str]:
+    condition = r.choice(_LIST_CONDITIONS).replace("{v}", "{xs}[{i}]")
+    return [
+        "    {i} = 0\n",
+        f"    while {{i}} < len({{xs}}) and {condition}:\n",
+        "        {i} += 1\n",
+        f"    return {r.choice(('{i}', 'len({xs}) - {i}', '{xs}[:{i}]'))}\n",
+    ]
+
+
+def _while_countdown(r: random.Random) -> list[str]:
+    update = r.choice(("{acc} += 1", "{acc} += {x}", "{acc} = {acc} * 2 + 1"))
+    step = r.choice(("{x} = {x} // 2", "{x} -= {k}", "{x} = {x} // {k}"))
+    return [
+        f"    {{acc}} = {r.choice(('0', '1'))}\n",
+        f"    while {{x}} {r.choice(('>', '>='))} {{k}}:\n",
+        f"        {update}\n",
+        f"        {step}\n",
+        f"    return {r.choice(('{acc}', '{acc} + {x}'))}\n",
+    ]
+
+
 _BODIES: tuple[Callable[[random.Random], list[str]], ...] = (
     _list_loop,
     _list_loop,
@@ -224,6 +247,8 @@ _BODIES: tuple[Callable[[random.Random], list[str]], ...] = (
     _enumerate_loop,
     _zip_loop,
     _tally,
+    _while_scan,
+    _while_countdown,
 )
 
 

@@ -28,7 +28,8 @@ How it is made (`fleetrl.envs.micro.templates` has the templates):
   byte those of version v1 (the seeds stay "v1"), so models trained on v1 stay valid.
 - Tests: the correct and the buggy function run in-process on random arguments; the three
   tests are distinct calls, at least one of which the bug changes (FAIL_TO_PASS), the
-  others may still pass (PASS_TO_PASS).
+  others may still pass (PASS_TO_PASS). A call runs at most STEP_LIMIT lines; one where
+  the bug never ends is not drawn as a test.
 - Deterministic: seeded from MICRO_VERSION and the split name, so the same code gives the
   same suite byte for byte (base-commit shas included). Change MICRO_VERSION whenever the
   output changes; cached repositories live under a folder named after it.
@@ -46,6 +47,7 @@ import dataclasses
 import functools
 import random
 import string
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,6 +65,7 @@ SEED_VERSION = "v1"  # in the splits' seeds: unchanged, so train and heldout sta
 SPLIT_SIZES = {"train": 440, "heldout": 100, "val": 62, "heldout-templates": 60}  # in order
 HELDOUT_LETTERS = "dhkpuwz"  # template letters of evaluation tasks; train tasks use the rest
 TESTS_PER_TASK = 3
+STEP_LIMIT = 10_000  # lines one call of a micro function may run; they run under a hundred
 
 
 def split_of_int(value: int) -> str:
@@ -149,12 +152,33 @@ def _load(source: str, function: str) -> Callable[..., object]:
     return namespace[function]  # type: ignore[return-value]
 
 
+class StepLimitExceeded(Exception):
+    """A call ran more than STEP_LIMIT lines: a bug that makes a loop never end."""
+
+
 def _outcome(fn: Callable[..., object], args: tuple[object, ...]) -> tuple[bool, object]:
-    """(True, return value) or (False, exception class name) of calling `fn`."""
+    """(True, return value) or (False, exception class name) of calling `fn`. A call that
+    runs more than STEP_LIMIT lines stops with StepLimitExceeded, so a bug that drops a
+    `while` loop's increment cannot hang task generation; counting lines, not seconds,
+    keeps the suite the same on any machine."""
+    steps = 0
+
+    def count(frame: object, event: str, arg: object) -> object:
+        nonlocal steps
+        if event == "line":
+            steps += 1
+            if steps > STEP_LIMIT:
+                raise StepLimitExceeded  # raised inside the traced call, which it ends
+        return count
+
+    previous = sys.gettrace()
+    sys.settrace(count)
     try:
         return True, fn(*copy.deepcopy(args))
     except Exception as err:  # any exception is a failing test, recorded by name
         return False, type(err).__name__
+    finally:
+        sys.settrace(previous)
 
 
 def _passes(expected: object, outcome: tuple[bool, object]) -> bool:
@@ -196,7 +220,10 @@ def _make(
         ok, expected = _outcome(right, args)
         if not ok or any(repr(args) == repr(seen) for seen, _, _ in cases):
             continue
-        cases.append((args, expected, _outcome(wrong, args)))
+        outcome = _outcome(wrong, args)
+        if outcome == (False, StepLimitExceeded.__name__):
+            continue  # a hidden test must end, with the bug too
+        cases.append((args, expected, outcome))
         failing = [c for c in cases if not _passes(c[1], c[2])]
         if failing and len(cases) >= TESTS_PER_TASK:
             break

@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import random
+import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from fleetrl.envs.micro import suite as micro
-from fleetrl.envs.micro.templates import TEMPLATES, UNSEEN_TEMPLATES
+from fleetrl.envs.micro.templates import TEMPLATES, UNSEEN_TEMPLATES, Template
 from fleetrl.envs.mutations import KINDS
 from fleetrl.envs.suites import load_tasks
 from fleetrl.types import Task
@@ -97,3 +99,43 @@ def test_suite_is_deterministic_and_pinned(suite: list[Task]) -> None:
     micro._spec_by_id.cache_clear()
     again = load_tasks(suite="micro")
     assert _digest(again) == _digest(suite) == SUITE_DIGEST
+
+
+def _countdown(x: int) -> int:
+    """A halving loop with its halving dropped by a bug: it never ends when x > 2."""
+    n = 0
+    while x > 2:
+        n += 1
+    return n
+
+
+def test_a_call_that_never_ends_stops_at_the_step_limit_and_tracing_is_restored() -> None:
+    before = sys.gettrace()
+    assert micro._outcome(_countdown, (9,)) == (False, "StepLimitExceeded")
+    assert micro._outcome(_countdown, (1,)) == (True, 0)
+    assert sys.gettrace() is before
+
+
+def _halving(bug: tuple[str, str]) -> Template:
+    return Template(
+        name="halving",
+        source="def {f}({x}):\n    {n} = 0\n    while {x} > 2:\n        {n} += 1\n"
+        "        {x} = {x} // 2\n    return {n}\n",
+        bugs={"comparison_flip": bug},
+        args=lambda r, _p: (r.randint(-10, 20),),
+    )
+
+
+def test_tests_never_call_the_bug_where_it_never_ends() -> None:
+    # `x < 2` halves a small x forever (0 // 2 == 0): only calls that skip the loop end.
+    flipped = _halving(("    while {x} > 2:\n", "    while {x} < 2:\n"))
+    spec = micro._make("t-0", "train", flipped, "comparison_flip", random.Random(0), micro._Names())
+    calls = [
+        int(line.split("(")[1].split(")")[0]) for line in spec.tests.splitlines() if "==" in line
+    ]
+    assert len(calls) == micro.TESTS_PER_TASK and all(x >= 2 for x in calls)
+    # Dropping the halving never ends on any call that enters the loop, and every call
+    # that skips it returns the same: no test can tell that bug apart.
+    dropped = _halving(("        {x} = {x} // 2\n", ""))
+    with pytest.raises(RuntimeError, match="no call tells the bug"):
+        micro._make("t-1", "train", dropped, "comparison_flip", random.Random(0), micro._Names())
