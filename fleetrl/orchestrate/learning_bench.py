@@ -96,12 +96,15 @@ def sft_more_overrides(state: dict[str, Any], base: Path, seconds: float) -> dic
 
 def kept_weights_lr(state: dict[str, Any]) -> float:
     """The learning rate of the base's SFT at the step whose weights it kept (its best
-    validation step, else its last), read off its recorded schedule: where a cosine was
-    cut short by time or a plateau, the rate it had reached, not the one it would have
-    ended at. An sft.json without its result: `lr x min_lr_ratio`, the cosine's end."""
+    validation step under patience, else its last), read off its recorded schedule: where
+    a cosine was cut short by time or a plateau, the rate it had reached, not the one it
+    would have ended at. An sft.json without its result: `lr x min_lr_ratio`, the
+    cosine's end."""
     recorded, result = state["config"], state.get("result", {})
-    kept = result.get("best_step")
-    kept = result.get("steps") if kept is None else kept
+    kept = result.get("kept_step")
+    if kept is None:  # an sft.json before kept_step: its runs all kept the best step's
+        kept = result.get("best_step")
+        kept = result.get("steps") if kept is None else kept
     if kept is None:
         return recorded["lr"] * recorded["min_lr_ratio"]
     schedule = {key: recorded[key] for key in ("steps", "warmup_steps", "lr", "min_lr_ratio")}

@@ -157,6 +157,7 @@ def run_sft(
         val_demos=val_demos,
     )
     best = f", best validation loss at step {result.best_step}" if result.val_losses else ""
+    best += f", weights of step {result.kept_step} kept"
     echo(
         f"trained {result.steps} steps in {result.duration_s:.0f} s (stopped: {result.stopped}), "
         f"final loss {result.final_loss:.4f}{best}; wrote {out}"

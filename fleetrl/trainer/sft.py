@@ -63,6 +63,7 @@ class SFTResult:
     losses: list[tuple[int, float]] = field(default_factory=list)  # (step, mean loss) per log
     val_losses: list[tuple[int, float]] = field(default_factory=list)  # (step, validation loss)
     best_step: int | None = None  # step of the lowest validation loss (None: not measured)
+    kept_step: int = 0  # the step whose weights were saved: best_step with patience, else last
     stopped: str = "steps"  # why training ended: "steps", "plateau", "time" or "interrupted"
     target_tokens: int = 0  # tokens trained on (loss_mask == 1), all steps together
     duration_s: float = 0.0
@@ -247,7 +248,7 @@ def train_sft(
         nonlocal best_loss, best_state, misses, bar_to_beat
         loss = validation_loss(model, val_demos or [], tokenizer.pad_id, config.batch_size)
         result.val_losses.append((step, loss))
-        if loss < best_loss:  # the weights kept are always those of the lowest loss
+        if loss < best_loss:
             best_loss, result.best_step = loss, step
             if config.patience:
                 best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
@@ -319,8 +320,10 @@ def train_sft(
                 echo(f"interrupted after step {result.steps}: saving the weights")
                 break
     result.duration_s = time.monotonic() - start
+    result.kept_step = result.steps
     if best_state is not None:  # early stopping keeps the best validation loss's weights
         model.load_state_dict(best_state)
+        result.kept_step = result.best_step or 0
     model.eval()
     save_checkpoint(model, tokenizer, out, state())
     return result

@@ -85,6 +85,9 @@ def test_sft_more_starts_at_the_rate_of_the_kept_weights(tmp_path):
     # there, halfway between lr and its floor, not the floor it never reached.
     halfway = {"config": schedule, "result": {"steps": 650, "best_step": 501}}
     assert sft_more_overrides(halfway, tmp_path, 1.0)["lr"] == pytest.approx(5.5e-4)
+    # Without patience the last weights are kept (`kept_step`), not the best step's.
+    last = {"config": schedule, "result": {"steps": 1001, "best_step": 501, "kept_step": 1001}}
+    assert sft_more_overrides(last, tmp_path, 1.0)["lr"] == pytest.approx(1e-4)
     # Ran to the end without validation: the floor.
     finished = {"config": schedule, "result": {"steps": 1001, "best_step": None}}
     assert sft_more_overrides(finished, tmp_path, 1.0)["lr"] == pytest.approx(1e-4)

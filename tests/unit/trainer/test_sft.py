@@ -115,7 +115,15 @@ def test_sft_stops_at_a_validation_plateau_and_keeps_the_best_weights(tmp_path):
     assert result.val_losses[-1][1] > result.val_losses[0][1]
     assert all(torch.equal(start[k], v) for k, v in model.state_dict().items())
     state = json.loads((tmp_path / "out" / STATE_FILE).read_text())["result"]
-    assert state["best_step"] == 0 and state["stopped"] == "plateau"
+    assert state["best_step"] == state["kept_step"] == 0 and state["stopped"] == "plateau"
+
+
+def test_sft_without_patience_keeps_its_last_weights_and_says_so(tmp_path):
+    demos = [Demo(str(i), "fix", [5, 6, 7, 8], [0, 0, 1, 1]) for i in range(4)]
+    conflicting = [Demo("v", "fix", [5, 6, 9, 9], [0, 0, 1, 1])]
+    model, start, result = _tiny_run(tmp_path, demos, conflicting, steps=3, val_every=1)
+    assert result.best_step == 0 and result.kept_step == 3
+    assert not all(torch.equal(start[k], v) for k, v in model.state_dict().items())
 
 
 def test_sft_tracks_an_improving_validation_loss_and_stops_on_wall_time(tmp_path):
