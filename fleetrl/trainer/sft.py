@@ -302,7 +302,7 @@ def train_sft(
                 )
             every = config.save_every
             if every and result.steps % every == 0 and result.steps < config.steps:
-                result.duration_s = time.monotonic() - start
+                result.duration_s, result.kept_step = time.monotonic() - start, result.steps
                 save_checkpoint(model, tokenizer, out / f"step-{result.steps:06d}", state())
             last = result.steps == config.steps
             if (

@@ -121,9 +121,13 @@ def test_sft_stops_at_a_validation_plateau_and_keeps_the_best_weights(tmp_path):
 def test_sft_without_patience_keeps_its_last_weights_and_says_so(tmp_path):
     demos = [Demo(str(i), "fix", [5, 6, 7, 8], [0, 0, 1, 1]) for i in range(4)]
     conflicting = [Demo("v", "fix", [5, 6, 9, 9], [0, 0, 1, 1])]
-    model, start, result = _tiny_run(tmp_path, demos, conflicting, steps=3, val_every=1)
+    model, start, result = _tiny_run(
+        tmp_path, demos, conflicting, steps=3, val_every=1, save_every=2
+    )
     assert result.best_step == 0 and result.kept_step == 3
     assert not all(torch.equal(start[k], v) for k, v in model.state_dict().items())
+    midway = json.loads((tmp_path / "out" / "step-000002" / STATE_FILE).read_text())
+    assert midway["result"]["kept_step"] == 2  # a checkpoint on the way keeps its own step
 
 
 def test_sft_tracks_an_improving_validation_loss_and_stops_on_wall_time(tmp_path):
