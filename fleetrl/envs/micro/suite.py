@@ -118,10 +118,8 @@ class _Names:
         return fresh_name(rng, (4, 5), self.functions, RESERVED_FUNCTION_NAMES)
 
     def local(self, rng: random.Random, taken: set[str]) -> str:
-        while True:
-            name = "".join(rng.choices(string.ascii_lowercase, k=rng.randint(1, 3)))
-            if name not in RESERVED_NAMES and name not in taken and name not in self.functions:
-                return name
+        # 1-3 letters: never one of the 4-5 letter function names.
+        return fresh_name(rng, (1, 3), taken, RESERVED_NAMES)
 
 
 def _fields(template: Template) -> list[str]:
@@ -201,7 +199,6 @@ def _make(
                 mapping[field] = names.function(rng)
             elif field not in mapping:
                 mapping[field] = names.local(rng, taken)
-                taken.add(str(mapping[field]))
         correct = template.source.format(**mapping)
         old, new = (part.format(**mapping) for part in template.bugs[kind])
         if correct.count(old) == 1:
