@@ -1,19 +1,21 @@
 """A task folder whose train split adds function shapes drawn at random to the suite's.
 
     python scripts/shape_tasks.py DIR [--shapes 600] [--base-train DIR2] [--heldout-shapes 80]
+        [--eval-symbols]
     fleetrl sft OUT --init BASE --set tasks.tasks_dir=DIR ...
     fleetrl eval OUT --tasks DIR --split heldout-shapes --best-temperature
 
 DIR/tasks.jsonl holds, as its `train` split, `--shapes` tasks of new function shapes
-(`fleetrl.envs.micro.shapes`: train constants and letters, the eight bug kinds cycled, no
-shape within one line of a `heldout-templates` function) after the train tasks of
-`--base-train` (a task folder, e.g. the positive control's) or of the bundled suite, then
-`--heldout-shapes` tasks of shapes no train task has, with the evaluation constants and
-letters, as split `heldout-shapes`, and the bundled `val`, `heldout` and
-`heldout-templates` tasks unchanged. New repositories are written under DIR/repos. It
-tells whether a model that cannot memorise the lines it edits learns to copy them, and so
-fixes functions of unseen shapes: of the grammar it trained on (`heldout-shapes`), or
-written by hand (`heldout-templates`).
+(`fleetrl.envs.micro.shapes`: the eight bug kinds cycled, no shape within one line of a
+`heldout-templates` function; train constants and letters, or with `--eval-symbols` the
+evaluation ones, a product's conventions the base never trained on, as in the positive
+control) after the train tasks of `--base-train` (a task folder, e.g. the positive
+control's) or of the bundled suite, then `--heldout-shapes` tasks of shapes no train task
+has, with the evaluation constants and letters, as split `heldout-shapes`, and the bundled
+`val`, `heldout` and `heldout-templates` tasks unchanged. New repositories are written
+under DIR/repos. It tells whether a model that cannot memorise the lines it edits learns
+to copy them, and so fixes functions of unseen shapes: of the grammar it trained on
+(`heldout-shapes`), or written by hand (`heldout-templates`).
 """
 
 import argparse
@@ -38,6 +40,11 @@ def main() -> None:
     parser.add_argument(
         "--heldout-shapes", type=int, default=0, help="tasks of unseen shapes for evaluation"
     )
+    parser.add_argument(
+        "--eval-symbols",
+        action="store_true",
+        help="train shapes draw the evaluation constants and letters (a product's conventions)",
+    )
     args = parser.parse_args()
     if args.dir.exists():
         parser.error(f"{args.dir} exists: give a folder that does not exist yet")
@@ -50,7 +57,10 @@ def main() -> None:
         parser.error(f"--base-train: {err}")
     args.dir = args.dir.resolve()  # task records hold absolute repository paths
     args.dir.mkdir(parents=True)
-    shapes = micro.fresh_shape_tasks(args.shapes, SEED, "shape-train", args.dir / "repos")
+    shapes = micro.fresh_shape_tasks(
+        args.shapes, SEED, "shape-train", args.dir / "repos",
+        draw_as="val" if args.eval_symbols else None,
+    )  # fmt: skip
     tasks += shapes
     if args.heldout_shapes:
         seen = frozenset(task.origin for task in shapes)

@@ -346,14 +346,16 @@ def fresh_shape_tasks(
     repos: Path,
     split: str = "train",
     avoid: frozenset[str] = frozenset(),
+    draw_as: str | None = None,
 ) -> list[Task]:
     """`size` tasks of function shapes drawn at random (`fleetrl.envs.micro.shapes`), with
     the eight bug kinds cycled and function names no suite task uses; ids
     `<prefix>-<index>`, repositories written under `repos`, filed under `split`, whose side
-    gives the constants and letters (`constants_side`). Every task is a shape no other task
-    has and none in `avoid` (shape names, a task's `origin`), so a model trained on them
-    cannot memorise the lines it edits, and tasks of unseen shapes can be drawn for
-    evaluation."""
+    gives the constants and letters (`constants_side`) unless `draw_as` names another
+    split to draw them like (train tasks in the evaluation symbols). Every task is a shape
+    no other task has and none in `avoid` (shape names, a task's `origin`), so a model
+    trained on them cannot memorise the lines it edits, and tasks of unseen shapes can be
+    drawn for evaluation."""
     names = _Names()
     names.functions |= {spec.function for spec in _specs()}
     rng = random.Random(seed)
@@ -367,7 +369,7 @@ def fresh_shape_tasks(
             continue
         template = dataclasses.replace(template, bugs={kind: rng.choice(of_kind)})
         try:
-            spec = _make(f"{prefix}-{len(tasks):04d}", split, template, kind, rng, names)
+            spec = _make(f"{prefix}-{len(tasks):04d}", draw_as or split, template, kind, rng, names)
         except RuntimeError:  # no call tells this bug apart, or its line is never unique
             continue
         tasks.append(_write_fresh(spec, repos, split))

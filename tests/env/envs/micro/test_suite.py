@@ -128,3 +128,14 @@ def test_fresh_shape_tasks_cycle_the_bug_kinds_and_check_out(
     assert {t.split for t in unseen} == {"heldout-shapes"}
     assert not {t.origin for t in unseen} & {t.origin for t in fresh}
     _assert_gold_fixes(fresh + unseen, tmp_path / "work")
+
+
+def test_fresh_shape_tasks_drawn_like_evaluation_are_filed_as_train(tmp_path: Path) -> None:
+    """`draw_as` draws a product's train shapes with the evaluation symbols: the same
+    functions, tests and fixes as tasks filed under that split, filed as train."""
+    filed = micro.fresh_shape_tasks(4, "test-seed", "p", tmp_path / "a", "heldout-shapes")
+    drawn = micro.fresh_shape_tasks(4, "test-seed", "p", tmp_path / "b", draw_as="heldout-shapes")
+    assert {t.split for t in drawn} == {"train"}
+    assert [(t.patch, t.test_patch) for t in drawn] == [(t.patch, t.test_patch) for t in filed]
+    plain = micro.fresh_shape_tasks(4, "test-seed", "p", tmp_path / "c")
+    assert [t.patch for t in plain] != [t.patch for t in drawn]
