@@ -34,7 +34,7 @@ from fleetrl.envs.verifier.runner import GraderUnavailable, run_hidden_tests
 from fleetrl.envs.workspace import ensure_repo
 from fleetrl.types import Task
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -80,7 +80,7 @@ def _screen(
         facts = anticheat.test_facts(hidden_test_sources(task))
         flags |= anticheat.code_flags(graded, facts)
     except Exception:  # a check that cannot judge a file must not pass it, nor crash
-        logger.exception("%s: an anti-cheat check failed", task.instance_id)
+        log.exception("%s: an anti-cheat check failed", task.instance_id)
         flags.add("grader_error")
     flags |= anticheat.episode_flags(tool_calls)
     return flags, graded
@@ -111,7 +111,7 @@ def verify(
     except (VerifierError, SandboxUnavailable, GraderUnavailable):
         raise
     except Exception:
-        logger.exception("%s: grading failed on the agent's content", task.instance_id)
+        log.exception("%s: grading failed on the agent's content", task.instance_id)
         return VerifyResult(
             0.0, dict.fromkeys(tests, "missing"), ["grader_error"], time.monotonic() - start
         )
