@@ -20,7 +20,9 @@ def eval_command(
         typer.Option(
             "--best-temperature/--no-best-temperature",
             help="Choose the temperature on eval.val_split first (eval.temperatures), then "
-            "report the split at it; off: at --temperature.",
+            "report the split at it; the choice is kept per weights and settings, so every "
+            "split of one model is reported at one temperature (a new --seed sweeps again); "
+            "off: at --temperature.",
         ),
     ] = False,
     suite: Annotated[str | None, typer.Option(help="Bundled task suite \\[tasks.suite].")] = None,

@@ -8,6 +8,7 @@ files sit beside them. Real Qwen3 / Qwen3-MoE checkpoints load unchanged, and wh
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -71,6 +72,14 @@ def _weight_files(path: Path) -> list[Path]:
     if (path / SINGLE_FILE).is_file():
         return [path / SINGLE_FILE]
     raise CheckpointError(f"{path}: neither {SINGLE_FILE} nor {INDEX_FILE} found")
+
+
+def weights_digest(path: str | Path) -> str:
+    """SHA-256 of a checkpoint's weight files: what results computed from it are keyed by."""
+    digest = hashlib.sha256()
+    for file in _weight_files(Path(path)):
+        digest.update(file.read_bytes())
+    return digest.hexdigest()
 
 
 def checkpoint_dtype(path: str | Path) -> torch.dtype:

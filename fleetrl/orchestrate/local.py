@@ -33,7 +33,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from fleetrl.config import RunConfig, dump_config
 from fleetrl.envs.cache import cache_dir
-from fleetrl.model.checkpoint import resolve_checkpoint
+from fleetrl.model.checkpoint import resolve_checkpoint, weights_digest
 from fleetrl.observe.metrics import MetricsLogger, read_metrics
 from fleetrl.observe.records import EvalRecord
 from fleetrl.observe.report import write_report
@@ -162,9 +162,7 @@ def _watch(processes: list[_Process], url: str, run_dir: Path, steps: int, progr
 
 
 def _eval_cache_key(checkpoint: Path, config: RunConfig) -> str:
-    digest = hashlib.sha256()
-    for file in sorted(checkpoint.glob("*.safetensors")):
-        digest.update(file.read_bytes())
+    digest = hashlib.sha256(weights_digest(checkpoint).encode())
     settings = (
         "bootstrap-v1",  # the protocol: results of an earlier one are never reused
         config.eval.split,

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import hashlib
 import json
 import math
 import time
@@ -42,11 +43,12 @@ import numpy as np
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from fleetrl.config import RunConfig
+from fleetrl.envs.cache import cache_dir
 from fleetrl.envs.handover import Handover
 from fleetrl.envs.harness import TokenPolicy
 from fleetrl.envs.micro.expert import PLANS, Expert
 from fleetrl.envs.suites import configured_tasks
-from fleetrl.model.checkpoint import load_pretrained
+from fleetrl.model.checkpoint import load_pretrained, weights_digest
 from fleetrl.model.tokenizer import Tokenizer
 from fleetrl.rollout.worker import Rollouts, rollout_engine
 from fleetrl.types import SamplingParams, Task, Trajectory
@@ -433,6 +435,27 @@ def choose_temperature(
     return pick_temperature(sweep), sweep
 
 
+def sweep_cache_path(checkpoint: Path, config: RunConfig) -> Path:
+    """Where `fleetrl eval` keeps the temperature it chose for these weights under these
+    settings (val split and tasks, temperatures, samples, seed, harness, rollout), so that
+    every split reported for one model is reported at one temperature, as in `fleetrl
+    bench learning`: two sweeps of one checkpoint can choose differently by sampling noise."""
+    settings = (
+        "sweep-v1",
+        config.eval.val_split,
+        config.eval.temperatures,
+        config.eval.val_samples,
+        config.eval.max_tasks,
+        config.trainer.seed,
+        config.tasks.model_dump(mode="json"),
+        config.harness.model_dump(mode="json"),
+        config.rollout.model_dump(mode="json", exclude={"temperature"}),
+    )
+    digest = hashlib.sha256(weights_digest(checkpoint).encode())
+    digest.update(json.dumps(settings, sort_keys=True).encode())
+    return cache_dir() / "sweeps" / f"{digest.hexdigest()[:24]}.json"
+
+
 def evaluate_checkpoint(
     checkpoint: Path,
     config: RunConfig,
@@ -481,7 +504,9 @@ def protocol_report(
     """The protocol's document for `split` (the `fleetrl eval --json` output).
 
     `temperature` None: chosen on `eval.val_split` first (`choose_temperature`; refused
-    when `split` is that split). At the temperature, `samples` (default `eval.samples`)
+    when `split` is that split), or read from an earlier choice for the same weights and
+    settings (`sweep_cache_path`; `val_sweep` is then that sweep's, and no val episode
+    runs). At the temperature, `samples` (default `eval.samples`)
     samples per task: pass_at_1, ci_low, ci_high (bootstrap over tasks), pass_at_k,
     recovery and the run's diagnostics (`EvalResult`); pass_at_8 with its bootstrap CI and
     how it was estimated; greedy (one sample per task) with greedy_ci; val_sweep
@@ -503,19 +528,27 @@ def protocol_report(
     def run_at(t: float) -> _Run:
         return _Run(tasks, t, samples, f"{name}{split} T={t:g} x{samples}", after_slip)
 
+    chosen, figures = temperature, {}
+    cached = sweep_cache_path(checkpoint, config)
+    if temperature is None and cached.is_file():
+        earlier = json.loads(cached.read_text())
+        chosen, figures = earlier["temperature"], earlier["val_sweep"]
+
     async def work(session: _Session) -> dict[str, Any]:
-        sweep: dict[float, EvalResult] = {}
-        if temperature is None:
+        nonlocal chosen, figures
+        if chosen is None:
             runs = _sweep_runs(config, name)
             *swept, greedy = await session.run([*runs, greedy_run])
             sweep = _by_temperature(runs, swept)
-            chosen = pick_temperature(sweep)
+            chosen, figures = pick_temperature(sweep), _sweep_figures(sweep)
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            cached.write_text(json.dumps({"temperature": chosen, "val_sweep": figures}))
             reported = greedy if chosen == 0 else (await session.run([run_at(chosen)]))[0]
-        elif temperature == 0:
+        elif chosen == 0:
             greedy = reported = (await session.run([greedy_run]))[0]
         else:
-            greedy, reported = await session.run([greedy_run, run_at(temperature)])
-        reported.val_sweep = _sweep_figures(sweep)
+            greedy, reported = await session.run([greedy_run, run_at(chosen)])
+        reported.val_sweep = figures
         return _document(split, reported, greedy) | {"after_slip": after_slip}
 
     return _in_session(checkpoint, config, work, progress, transcripts)

@@ -136,6 +136,31 @@ def test_fleetrl_eval_best_temperature_end_to_end():
     assert doc["greedy_ci"][0] <= doc["greedy"] <= doc["greedy_ci"][1]
 
 
+@pytest.mark.slow  # ~5 s: three evaluations of the base model on two tasks per split
+def test_one_temperature_per_model_across_splits(tmp_path, monkeypatch):
+    """A second `--best-temperature` evaluation of the same weights and settings reports its
+    split at the first one's temperature without sweeping val again; a new seed sweeps."""
+    monkeypatch.setenv("FLEETRL_CACHE", str(tmp_path / "cache"))
+    args = ["eval", "base", "--best-temperature", "--max-tasks", "2", "--samples", "2"]
+    args += ["--threads", "1", "--set", "eval.temperatures=[0.0, 1.0]", "--json"]
+
+    def evaluate(split: str, *more: str) -> tuple[dict, set[str]]:
+        transcripts = tmp_path / f"{split}{''.join(more)}.jsonl"
+        extra = ["--split", split, "--transcripts", str(transcripts), *more]
+        result = CliRunner().invoke(app, [*args, *extra])
+        assert result.exit_code == 0, result.output
+        splits = {json.loads(line)["split"] for line in transcripts.read_text().splitlines()}
+        return json.loads(result.output), splits
+
+    first, first_splits = evaluate("heldout")
+    second, second_splits = evaluate("heldout-templates")
+    assert first_splits == {"val", "heldout"} and second_splits == {"heldout-templates"}
+    assert second["temperature"] == first["temperature"]
+    assert second["val_sweep"] == first["val_sweep"] and set(first["val_sweep"]) == {"0.0", "1.0"}
+    _, reseeded_splits = evaluate("heldout", "--seed", "7")
+    assert "val" in reseeded_splits
+
+
 @pytest.mark.slow  # ~6 s: the base model greedy on two tasks, after the expert's slip
 def test_fleetrl_eval_after_slip_end_to_end():
     args = ["eval", "base", "--split", "heldout", "--temperature", "0", "--max-tasks", "2"]

@@ -6,7 +6,13 @@ import pytest
 import torch
 import transformers
 
-from fleetrl.model.checkpoint import CheckpointError, init_model, load_pretrained, save_pretrained
+from fleetrl.model.checkpoint import (
+    CheckpointError,
+    init_model,
+    load_pretrained,
+    save_pretrained,
+    weights_digest,
+)
 from fleetrl.model.config import ModelConfig
 from fleetrl.model.qwen3 import decode_attention
 
@@ -60,6 +66,21 @@ def test_sharded_checkpoint_round_trip(tmp_path):
     loaded = load_pretrained(tmp_path)
     for name, tensor in model.state_dict().items():
         assert torch.equal(tensor, loaded.state_dict()[name]), name
+
+
+def test_weights_digest_is_of_the_weight_files(tmp_path):
+    model = init_model(tiny_config(moe=True), seed=2)
+    save_pretrained(model, tmp_path / "one")
+    save_pretrained(model, tmp_path / "again")
+    save_pretrained(model, tmp_path / "sharded", max_shard_bytes=50_000)
+    save_pretrained(init_model(tiny_config(moe=True), seed=3), tmp_path / "other")
+    digest = weights_digest(tmp_path / "one")
+    assert weights_digest(tmp_path / "again") == digest
+    # Files, not tensors: the same weights sharded are other bytes, hence another digest.
+    assert weights_digest(tmp_path / "sharded") not in (digest, weights_digest(tmp_path / "other"))
+    assert weights_digest(tmp_path / "other") != digest
+    with pytest.raises(CheckpointError):
+        weights_digest(tmp_path / "missing")
 
 
 def test_load_in_bfloat16(tmp_path):
