@@ -506,11 +506,11 @@ def protocol_report(
     `temperature` None: chosen on `eval.val_split` first (`choose_temperature`; refused
     when `split` is that split), or read from an earlier choice for the same weights and
     settings (`sweep_cache_path`; `val_sweep` is then that sweep's, and no val episode
-    runs). At the temperature, `samples` (default `eval.samples`)
-    samples per task: pass_at_1, ci_low, ci_high (bootstrap over tasks), pass_at_k,
-    recovery and the run's diagnostics (`EvalResult`); pass_at_8 with its bootstrap CI and
-    how it was estimated; greedy (one sample per task) with greedy_ci; val_sweep
-    {str(T): pass@1 on val} when the temperature was chosen. At temperature 0 the greedy
+    runs). At the temperature, `samples` (default `eval.samples`) samples per task:
+    pass_at_1, ci_low, ci_high (bootstrap over tasks), pass_at_k, recovery and the run's
+    diagnostics (`EvalResult`); pass_at_8 with its bootstrap CI and how it was estimated;
+    greedy (one sample per task) with greedy_ci; val_sweep {str(T): pass@1 on val} when
+    the temperature was chosen. At temperature 0 the greedy
     run is the reported run. The sweep and the greedy run share one batch, then the
     reported run follows, all through one engine. `transcripts`: every episode of these
     runs written there as a JSON line (`episode_record`) as it is graded. `after_slip`: the
@@ -528,21 +528,22 @@ def protocol_report(
     def run_at(t: float) -> _Run:
         return _Run(tasks, t, samples, f"{name}{split} T={t:g} x{samples}", after_slip)
 
-    chosen, figures = temperature, {}
     cached = sweep_cache_path(checkpoint, config)
-    if temperature is None and cached.is_file():
-        earlier = json.loads(cached.read_text())
-        chosen, figures = earlier["temperature"], earlier["val_sweep"]
 
     async def work(session: _Session) -> dict[str, Any]:
-        nonlocal chosen, figures
+        chosen, figures = temperature, {}
+        if chosen is None and cached.is_file():
+            earlier = json.loads(cached.read_text())
+            chosen, figures = earlier["temperature"], earlier["val_sweep"]
         if chosen is None:
             runs = _sweep_runs(config, name)
             *swept, greedy = await session.run([*runs, greedy_run])
             sweep = _by_temperature(runs, swept)
             chosen, figures = pick_temperature(sweep), _sweep_figures(sweep)
             cached.parent.mkdir(parents=True, exist_ok=True)
-            cached.write_text(json.dumps({"temperature": chosen, "val_sweep": figures}))
+            partial = cached.with_suffix(".partial")
+            partial.write_text(json.dumps({"temperature": chosen, "val_sweep": figures}))
+            partial.replace(cached)  # whole or absent, even if the process dies here
             reported = greedy if chosen == 0 else (await session.run([run_at(chosen)]))[0]
         elif chosen == 0:
             greedy = reported = (await session.run([greedy_run]))[0]
