@@ -32,6 +32,7 @@ import copy
 import hashlib
 import json
 import math
+import os
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -456,6 +457,16 @@ def sweep_cache_path(checkpoint: Path, config: RunConfig) -> Path:
     return cache_dir() / "sweeps" / f"{digest.hexdigest()[:24]}.json"
 
 
+def _earlier_choice(path: Path) -> tuple[float | None, dict[str, float]]:
+    """The temperature and sweep figures kept at `path`; (None, {}) when there are none or
+    the file cannot be read as one (then the sweep runs again and rewrites it)."""
+    try:
+        earlier = json.loads(path.read_text())
+        return float(earlier["temperature"]), dict(earlier["val_sweep"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None, {}
+
+
 def evaluate_checkpoint(
     checkpoint: Path,
     config: RunConfig,
@@ -532,16 +543,15 @@ def protocol_report(
 
     async def work(session: _Session) -> dict[str, Any]:
         chosen, figures = temperature, {}
-        if chosen is None and cached.is_file():
-            earlier = json.loads(cached.read_text())
-            chosen, figures = earlier["temperature"], earlier["val_sweep"]
+        if chosen is None:
+            chosen, figures = _earlier_choice(cached)
         if chosen is None:
             runs = _sweep_runs(config, name)
             *swept, greedy = await session.run([*runs, greedy_run])
             sweep = _by_temperature(runs, swept)
             chosen, figures = pick_temperature(sweep), _sweep_figures(sweep)
             cached.parent.mkdir(parents=True, exist_ok=True)
-            partial = cached.with_suffix(".partial")
+            partial = cached.with_suffix(f".{os.getpid()}.partial")
             partial.write_text(json.dumps({"temperature": chosen, "val_sweep": figures}))
             partial.replace(cached)  # whole or absent, even if the process dies here
             reported = greedy if chosen == 0 else (await session.run([run_at(chosen)]))[0]

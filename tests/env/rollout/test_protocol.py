@@ -139,7 +139,8 @@ def test_fleetrl_eval_best_temperature_end_to_end():
 @pytest.mark.slow  # ~5 s: three evaluations of the base model on two tasks per split
 def test_one_temperature_per_model_across_splits(tmp_path, monkeypatch):
     """A second `--best-temperature` evaluation of the same weights and settings reports its
-    split at the first one's temperature without sweeping val again; a new seed sweeps."""
+    split at the first one's temperature without sweeping val again; a new seed, or a kept
+    choice that cannot be read, sweeps again."""
     monkeypatch.setenv("FLEETRL_CACHE", str(tmp_path / "cache"))
     args = ["eval", "base", "--best-temperature", "--max-tasks", "2", "--samples", "2"]
     args += ["--threads", "1", "--set", "eval.temperatures=[0.0, 1.0]", "--json"]
@@ -159,6 +160,10 @@ def test_one_temperature_per_model_across_splits(tmp_path, monkeypatch):
     assert second["val_sweep"] == first["val_sweep"] and set(first["val_sweep"]) == {"0.0", "1.0"}
     _, reseeded_splits = evaluate("heldout", "--seed", "7")
     assert "val" in reseeded_splits
+    for kept in (tmp_path / "cache" / "sweeps").iterdir():
+        kept.write_text("half a file")
+    again, again_splits = evaluate("heldout-templates")
+    assert "val" in again_splits and set(again["val_sweep"]) == {"0.0", "1.0"}
 
 
 @pytest.mark.slow  # ~6 s: the base model greedy on two tasks, after the expert's slip
