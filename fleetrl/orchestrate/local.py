@@ -17,7 +17,6 @@ the same command resumes the run from the store.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import signal
 import subprocess
@@ -32,14 +31,14 @@ from pathlib import Path
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from fleetrl.config import RunConfig, dump_config
-from fleetrl.envs.cache import cache_dir
-from fleetrl.model.checkpoint import resolve_checkpoint, weights_digest
+from fleetrl.envs.cache import cache_dir, write_whole
+from fleetrl.model.checkpoint import resolve_checkpoint
 from fleetrl.observe.metrics import MetricsLogger, read_metrics
 from fleetrl.observe.records import EvalRecord
 from fleetrl.observe.report import write_report
 from fleetrl.orchestrate.roles import FENCED_EXIT
 from fleetrl.orchestrate.run import create_run
-from fleetrl.rollout.evaluate import EvalResult, evaluate_checkpoint
+from fleetrl.rollout.evaluate import EvalResult, evaluate_checkpoint, results_key
 from fleetrl.store.control import store_url
 from fleetrl.store.objectstore import open_store
 from fleetrl.store.region_metrics import read_run_region_metrics
@@ -162,7 +161,6 @@ def _watch(processes: list[_Process], url: str, run_dir: Path, steps: int, progr
 
 
 def _eval_cache_key(checkpoint: Path, config: RunConfig) -> str:
-    digest = hashlib.sha256(weights_digest(checkpoint).encode())
     settings = (
         "bootstrap-v1",  # the protocol: results of an earlier one are never reused
         config.eval.split,
@@ -176,8 +174,7 @@ def _eval_cache_key(checkpoint: Path, config: RunConfig) -> str:
         config.tasks.model_dump(),
         config.harness.model_dump(),
     )
-    digest.update(json.dumps(settings, sort_keys=True).encode())
-    return digest.hexdigest()[:24]
+    return results_key(checkpoint, settings)
 
 
 def evaluate(
@@ -192,8 +189,7 @@ def evaluate(
     best = config.eval.best_temperature
     result = evaluate_checkpoint(checkpoint, config, progress=progress, best_temperature=best)
     if cache:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(result.to_json()))
+        write_whole(path, json.dumps(result.to_json()).encode())
     return result
 
 

@@ -24,7 +24,6 @@ import asyncio
 import gzip
 import hashlib
 import json
-import os
 import random
 import shutil
 import tempfile
@@ -38,7 +37,7 @@ from rich.progress import Progress
 from fleetrl.config import HarnessSection, RolloutSection
 from fleetrl.envs import harness as harness_module
 from fleetrl.envs import micro, tools
-from fleetrl.envs.cache import cache_dir
+from fleetrl.envs.cache import cache_dir, write_whole
 from fleetrl.envs.micro.expert import PLANS, Expert
 from fleetrl.envs.micro.names import RenamedCopy, renamed_copy
 from fleetrl.envs.workspace import ensure_repo
@@ -275,9 +274,6 @@ def load_or_generate_demos(
     demos, stats = generate_demos(
         tasks, tokenizer, harness, rollout, plans, copies, progress=progress
     )
-    folder.mkdir(parents=True, exist_ok=True)
     data = {"demos": [asdict(d) for d in demos], "stats": asdict(stats)}
-    partial = path.with_suffix(f".tmp{os.getpid()}")
-    partial.write_bytes(gzip.compress(json.dumps(data).encode()))
-    partial.rename(path)  # readers never see half a file
+    write_whole(path, gzip.compress(json.dumps(data).encode()))
     return demos, stats

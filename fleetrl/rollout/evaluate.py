@@ -32,7 +32,6 @@ import copy
 import hashlib
 import json
 import math
-import os
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -44,7 +43,7 @@ import numpy as np
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from fleetrl.config import RunConfig
-from fleetrl.envs.cache import cache_dir
+from fleetrl.envs.cache import cache_dir, write_whole
 from fleetrl.envs.handover import Handover
 from fleetrl.envs.harness import TokenPolicy
 from fleetrl.envs.micro.expert import PLANS, Expert
@@ -452,9 +451,15 @@ def sweep_cache_path(checkpoint: Path, config: RunConfig) -> Path:
         config.harness.model_dump(mode="json"),
         config.rollout.model_dump(mode="json", exclude={"temperature"}),
     )
+    return cache_dir() / "sweeps" / f"{results_key(checkpoint, settings)}.json"
+
+
+def results_key(checkpoint: Path, settings: tuple[Any, ...]) -> str:
+    """24 hex digits naming results computed from these weights under these settings
+    (JSON-able): the file name of a cached evaluation or temperature choice."""
     digest = hashlib.sha256(weights_digest(checkpoint).encode())
     digest.update(json.dumps(settings, sort_keys=True).encode())
-    return cache_dir() / "sweeps" / f"{digest.hexdigest()[:24]}.json"
+    return digest.hexdigest()[:24]
 
 
 def _earlier_choice(path: Path) -> tuple[float | None, dict[str, float]]:
@@ -550,10 +555,7 @@ def protocol_report(
             *swept, greedy = await session.run([*runs, greedy_run])
             sweep = _by_temperature(runs, swept)
             chosen, figures = pick_temperature(sweep), _sweep_figures(sweep)
-            cached.parent.mkdir(parents=True, exist_ok=True)
-            partial = cached.with_suffix(f".{os.getpid()}.partial")
-            partial.write_text(json.dumps({"temperature": chosen, "val_sweep": figures}))
-            partial.replace(cached)  # whole or absent, even if the process dies here
+            write_whole(cached, json.dumps({"temperature": chosen, "val_sweep": figures}).encode())
             reported = greedy if chosen == 0 else (await session.run([run_at(chosen)]))[0]
         elif chosen == 0:
             greedy = reported = (await session.run([greedy_run]))[0]
