@@ -1,7 +1,7 @@
 """A task folder whose train split adds function shapes drawn at random to the suite's.
 
     python scripts/shape_tasks.py DIR [--shapes 600] [--base-train DIR2] [--heldout-shapes 80]
-        [--eval-symbols]
+        [--eval-symbols] [--open-lines 0.7]
     fleetrl sft OUT --init BASE --set tasks.tasks_dir=DIR ...
     fleetrl eval OUT --tasks DIR --split heldout-shapes --best-temperature
 
@@ -9,7 +9,9 @@ DIR/tasks.jsonl holds, as its `train` split, `--shapes` tasks of new function sh
 (`fleetrl.envs.micro.shapes`: the eight bug kinds cycled, no shape within one line of a
 `heldout-templates` function; train constants and letters, or with `--eval-symbols` the
 evaluation ones, a product's conventions the base never trained on, as in the positive
-control) after the train tasks of `--base-train` (a task folder, e.g. the positive
+control; with `--open-lines P` each expression line of a train shape is, with probability
+P, widened by a random sub-expression, so that few lines repeat from shape to shape) after the
+train tasks of `--base-train` (a task folder, e.g. the positive
 control's) or of the bundled suite, then `--heldout-shapes` tasks of shapes no train task
 has, with the evaluation constants and letters, as split `heldout-shapes`, and the bundled
 `val`, `heldout` and `heldout-templates` tasks unchanged. New repositories are written
@@ -45,7 +47,15 @@ def main() -> None:
         action="store_true",
         help="train shapes draw the evaluation constants and letters (a product's conventions)",
     )
+    parser.add_argument(
+        "--open-lines",
+        type=float,
+        default=0.0,
+        help="probability that a train shape's expression line is widened at random (0 to 1)",
+    )
     args = parser.parse_args()
+    if not 0.0 <= args.open_lines <= 1.0:
+        parser.error(f"--open-lines: {args.open_lines} is not a probability between 0 and 1")
     if args.dir.exists():
         parser.error(f"{args.dir} exists: give a folder that does not exist yet")
     try:
@@ -59,7 +69,7 @@ def main() -> None:
     args.dir.mkdir(parents=True)
     shapes = micro.fresh_shape_tasks(
         args.shapes, SEED, "shape-train", args.dir / "repos",
-        draw_as="val" if args.eval_symbols else None,
+        draw_as="val" if args.eval_symbols else None, open_lines=args.open_lines,
     )  # fmt: skip
     tasks += shapes
     if args.heldout_shapes:

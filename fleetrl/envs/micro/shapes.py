@@ -321,11 +321,73 @@ def _one_line_bugs(source: str) -> list[tuple[str, tuple[str, str]]]:
     return bugs
 
 
-def random_template(rng: random.Random) -> tuple[Template, list[tuple[str, tuple[str, str]]]]:
+# An expression line: a condition or a return (after the keyword), the right side of an
+# assignment to a plain name, or what is appended to a list. Only these are opened; loop
+# heads, subscripts and subscripted targets stay.
+_EXPRESSION_LINE = re.compile(
+    r"^(\s*(?:if |return |\{[a-z]+\} (?:\+=|-=|=) |\{[a-z]+\}\.(?:append|insert)\())(.*)$"
+)
+_WRAPS = (
+    "({e} + {c})",
+    "({e} - {c})",
+    "{e} * {c}",
+    "abs({e})",
+    "max({e}, {c})",
+    "min({e}, {c})",
+    "{e} // 2",
+    "{e} % {{k}}",
+    "({e} - {{t}})",
+)
+_WRAP_CONSTANTS = ("1", "2", "{k}")
+
+
+def _numeric_fields(body: str) -> set[str]:
+    """The local names of a body that always hold an int: list elements, indices and int
+    parameters, and an accumulator or output started at an integer."""
+    numeric = {"v", "w", "x", "y", "i"}
+    numeric |= {name for name in ("acc", "out") if re.search(rf"{{{name}}} = -?\\d", body)}
+    return numeric
+
+
+def open_line(line: str, rng: random.Random, numeric: set[str]) -> str:
+    """`line` with one of its `numeric` fields wrapped once or twice in a small random
+    expression (`{v}` -> `max({v} * 2, {k})`), or `line` unchanged where it has none in
+    an expression. The grammar's own lines are few enough to learn by heart; opened lines
+    are not, so a model trained on them has to copy what the file says."""
+    match = _EXPRESSION_LINE.match(line.rstrip("\n"))
+    if match is None:
+        return line
+    head, expression = match.groups()
+    atoms = [
+        m
+        for m in _FIELD.finditer(expression)
+        if m.group(1) in numeric and not expression[: m.start()].endswith(("for ", "["))
+    ]
+    if not atoms:
+        return line
+    atom = rng.choice(atoms)
+    wrapped = atom.group(0)
+    for _ in range(rng.randint(1, 2)):
+        wrapped = rng.choice(_WRAPS).format(e=wrapped, c=rng.choice(_WRAP_CONSTANTS))
+    expression = expression[: atom.start()] + wrapped + expression[atom.end() :]
+    return head + expression + "\n"
+
+
+def random_template(
+    rng: random.Random, open_lines: float = 0.0
+) -> tuple[Template, list[tuple[str, tuple[str, str]]]]:
     """A new function shape and every one-line bug that can be put into it. The returned
-    Template has no bugs of its own: the caller picks one and sets `bugs` to it."""
+    Template has no bugs of its own: the caller picks one and sets `bugs` to it. With
+    `open_lines` > 0 each expression line is opened (`open_line`) with that probability."""
     while True:
-        body = "".join(rng.choice(_BODIES)(rng))
+        lines = rng.choice(_BODIES)(rng)
+        if open_lines > 0:
+            numeric = _numeric_fields("".join(lines))
+            lines = [
+                open_line(line, rng, numeric) if rng.random() < open_lines else line
+                for line in lines
+            ]
+        body = "".join(lines)
         helper = ""
         if "{g}" in body:
             helper = "def {g}({a}, {b}):\n" + "".join(rng.choice(_HELPERS)) + "\n\n"

@@ -347,6 +347,7 @@ def fresh_shape_tasks(
     split: str = "train",
     avoid: frozenset[str] = frozenset(),
     draw_as: str | None = None,
+    open_lines: float = 0.0,
 ) -> list[Task]:
     """`size` tasks of function shapes drawn at random (`fleetrl.envs.micro.shapes`), with
     the eight bug kinds cycled and function names no suite task uses; ids
@@ -355,7 +356,7 @@ def fresh_shape_tasks(
     split to draw them like (train tasks in the evaluation symbols). Every task is a shape
     no other task has and none in `avoid` (shape names, a task's `origin`), so a model
     trained on them cannot memorise the lines it edits, and tasks of unseen shapes can be
-    drawn for evaluation."""
+    drawn for evaluation. `open_lines` is `shapes.random_template`'s."""
     names = _Names()
     names.functions |= {spec.function for spec in _specs()}
     rng = random.Random(seed)
@@ -363,7 +364,7 @@ def fresh_shape_tasks(
     drawn = set(avoid)
     while len(tasks) < size:
         kind = shapes.BUG_KINDS[len(tasks) % len(shapes.BUG_KINDS)]
-        template, bugs = shapes.random_template(rng)
+        template, bugs = shapes.random_template(rng, open_lines)
         of_kind = [bug for bug_kind, bug in bugs if bug_kind == kind]
         if not of_kind or template.name in drawn:
             continue

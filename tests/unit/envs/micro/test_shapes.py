@@ -1,10 +1,12 @@
-"""Random function shapes: valid Python, one-line bugs over the same fields, and never
-within one line of a held-out template."""
+"""Random function shapes: valid Python, one-line bugs over the same fields, never within
+one line of a held-out template, and opened lines that rarely repeat."""
 
 from __future__ import annotations
 
 import ast
 import random
+
+import pytest
 
 from fleetrl.envs.micro import shapes
 from fleetrl.envs.micro.templates import TEMPLATES, UNSEEN_TEMPLATES
@@ -17,11 +19,12 @@ def _render(source: str) -> str:
     return source.format(**{name: values.get(name, f"n_{name}") for name in fields})
 
 
-def test_drawn_shapes_parse_and_their_bugs_change_one_line() -> None:
+@pytest.mark.parametrize("open_lines", [0.0, 0.7])
+def test_drawn_shapes_parse_and_their_bugs_change_one_line(open_lines: float) -> None:
     rng = random.Random(0)
     kinds = set()
     for _ in range(200):
-        template, bugs = shapes.random_template(rng)
+        template, bugs = shapes.random_template(rng, open_lines)
         ast.parse(_render(template.source))
         assert bugs
         for kind, (fragment, replacement) in bugs:
@@ -34,11 +37,12 @@ def test_drawn_shapes_parse_and_their_bugs_change_one_line() -> None:
     assert kinds == set(shapes.BUG_KINDS)  # the grammar reaches every kind
 
 
-def test_no_shape_is_within_one_line_of_a_held_out_template() -> None:
+@pytest.mark.parametrize("open_lines", [0.0, 0.7])
+def test_no_shape_is_within_one_line_of_a_held_out_template(open_lines: float) -> None:
     rng = random.Random(1)
     unseen = [shapes.skeleton(t.source) for t in UNSEEN_TEMPLATES]
     for _ in range(300):
-        template, _ = shapes.random_template(rng)
+        template, _ = shapes.random_template(rng, open_lines)
         mine = shapes.skeleton(template.source)
         for theirs in unseen:
             if len(mine) == len(theirs):
@@ -65,3 +69,32 @@ def test_arguments_follow_the_signature() -> None:
             line for line in template.source.splitlines() if line.startswith("def {f}(")
         )
         assert len(args) == signature.count("{") - 1, signature
+
+
+def test_opening_a_line_widens_its_expression_only() -> None:
+    rng = random.Random(3)
+    for _ in range(50):
+        opened = shapes.open_line("        {acc} += {v}\n", rng, {"v"})
+        assert opened.startswith("        {acc} += ") and opened.endswith("\n")
+        assert opened != "        {acc} += {v}\n" and "{v}" in opened
+        ast.parse(_render(opened.strip()))
+    # Loop heads, subscripts and comprehension targets stay; so do non-numeric names.
+    for line in (
+        "    for {v} in {xs}:\n",
+        "        if {xs}[{i}] > {t}:\n",
+        "    {out} = [{k} for {v} in {xs}]\n",
+        "    return {acc}\n",
+    ):
+        assert shapes.open_line(line, rng, {"v", "i"}) == line
+
+
+def test_open_lines_make_lines_rarely_repeat() -> None:
+    def distinct_lines(open_lines: float) -> int:
+        rng = random.Random(4)
+        lines = set()
+        for _ in range(300):
+            template, _ = shapes.random_template(rng, open_lines)
+            lines |= set(shapes.skeleton(template.source))
+        return len(lines)
+
+    assert distinct_lines(0.7) > 2 * distinct_lines(0.0)
