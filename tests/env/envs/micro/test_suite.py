@@ -139,3 +139,14 @@ def test_fresh_shape_tasks_drawn_like_evaluation_are_filed_as_train(tmp_path: Pa
     assert [(t.patch, t.test_patch) for t in drawn] == [(t.patch, t.test_patch) for t in filed]
     plain = micro.fresh_shape_tasks(4, "test-seed", "p", tmp_path / "c")
     assert [t.patch for t in plain] != [t.patch for t in drawn]
+
+
+def test_fresh_shape_tasks_with_open_lines_check_out(tmp_path: Path) -> None:
+    """Shapes whose lines are opened by random sub-expressions still make tasks whose
+    gold patch real pytest accepts, and most are other functions than the plain draw (a
+    shape with no int-valued name in an expression line stays as it is)."""
+    opened = micro.fresh_shape_tasks(8, "test-seed", "o", tmp_path / "a", open_lines=1.0)
+    plain = micro.fresh_shape_tasks(8, "test-seed", "o", tmp_path / "b")
+    assert [t.kind for t in opened] == list(micro.shapes.BUG_KINDS)
+    assert len({t.origin for t in opened} & {t.origin for t in plain}) <= 2
+    _assert_gold_fixes(opened, tmp_path / "work")
