@@ -345,19 +345,12 @@ _WRAPS = (
     "({e} - {{t}})",
 )
 _WRAP_CONSTANTS = ("1", "2", "{k}")
+_INT_FIELDS = frozenset({"v", "w", "x", "y", "i"})  # list elements, indices, int parameters
 
 
-def _numeric_fields(body: str) -> set[str]:
-    """The local names of a body that always hold an int: list elements, indices and int
-    parameters, and an accumulator or output started at an integer."""
-    numeric = {"v", "w", "x", "y", "i"}
-    numeric |= {name for name in ("acc", "out") if re.search(rf"{{{name}}} = -?\\d", body)}
-    return numeric
-
-
-def open_line(line: str, rng: random.Random, numeric: set[str]) -> str:
-    """`line` with one of its `numeric` fields wrapped once or twice in a small random
-    expression (`{v}` -> `max({v} * 2, {k})`), or `line` unchanged where it has none in
+def open_line(line: str, rng: random.Random) -> str:
+    """`line` with one of its int-valued names (`_INT_FIELDS`) wrapped once or twice in a
+    small random expression (`{v}` -> `max({v} * 2, {k})`), or `line` unchanged where it has none in
     an expression. The grammar's own lines are few enough to learn by heart; opened lines
     are not, so a model trained on them has to copy what the file says."""
     match = _EXPRESSION_LINE.match(line.rstrip("\n"))
@@ -367,7 +360,7 @@ def open_line(line: str, rng: random.Random, numeric: set[str]) -> str:
     atoms = [
         m
         for m in _FIELD.finditer(expression)
-        if m.group(1) in numeric and not expression[: m.start()].endswith(("for ", "["))
+        if m.group(1) in _INT_FIELDS and not expression[: m.start()].endswith(("for ", "["))
     ]
     if not atoms:
         return line
@@ -388,11 +381,7 @@ def random_template(
     while True:
         lines = rng.choice(_BODIES)(rng)
         if open_lines > 0:
-            numeric = _numeric_fields("".join(lines))
-            lines = [
-                open_line(line, rng, numeric) if rng.random() < open_lines else line
-                for line in lines
-            ]
+            lines = [open_line(line, rng) if rng.random() < open_lines else line for line in lines]
         body = "".join(lines)
         helper = ""
         if "{g}" in body:
