@@ -10,11 +10,11 @@ DIR/tasks.jsonl holds, as its `train` split, `--shapes` tasks of new function sh
 `heldout-templates` function; train constants and letters, or with `--eval-symbols` the
 evaluation ones, a product's conventions the base never trained on, as in the positive
 control; with `--open-lines P` each expression line of a train shape is, with probability
-P, widened by a random sub-expression, so that few lines repeat from shape to shape) after the
-train tasks of `--base-train` (a task folder, e.g. the positive
-control's) or of the bundled suite, then `--heldout-shapes` tasks of shapes no train task
-has, with the evaluation constants and letters, as split `heldout-shapes`, and the bundled
-`val`, `heldout` and `heldout-templates` tasks unchanged. New repositories are written
+P, widened by a random sub-expression, so that few lines repeat from shape to shape) after
+the train tasks of `--base-train` (a task folder, e.g. the positive control's) or of the
+bundled suite, then `--heldout-shapes` tasks of shapes no train task has, with the
+evaluation constants and letters, as split `heldout-shapes`, and the bundled `val`,
+`heldout` and `heldout-templates` tasks unchanged. New repositories are written
 under DIR/repos. It tells whether a model that cannot memorise the lines it edits learns
 to copy them, and so fixes functions of unseen shapes: of the grammar it trained on
 (`heldout-shapes`), or written by hand (`heldout-templates`).

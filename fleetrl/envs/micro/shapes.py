@@ -350,9 +350,9 @@ _INT_FIELDS = frozenset({"v", "w", "x", "y", "i"})  # list elements, indices, in
 
 def open_line(line: str, rng: random.Random) -> str:
     """`line` with one of its int-valued names (`_INT_FIELDS`) wrapped once or twice in a
-    small random expression (`{v}` -> `max({v} * 2, {k})`), or `line` unchanged where it has none in
-    an expression. The grammar's own lines are few enough to learn by heart; opened lines
-    are not, so a model trained on them has to copy what the file says."""
+    small random expression (`{v}` -> `max({v} * 2, {k})`), or `line` unchanged where it
+    has none in an expression. The grammar's own lines are few enough to learn by heart;
+    opened lines are not, so a model trained on them has to copy what the file says."""
     match = _EXPRESSION_LINE.match(line.rstrip("\n"))
     if match is None:
         return line
