@@ -11,6 +11,9 @@ bundled suite), and the bundled `val`, `heldout` and `heldout-templates` tasks u
 The new tasks' repositories are written under DIR/repos. With it, RL and SFT-more both
 train on tasks that ask for the evaluation symbols (instances stay unseen), so the bench
 tells whether the ceiling of `docs/benchmarks.md` is the split's or the trainer's.
+At the default size these are the train tasks of the bundled `product` suite (the same
+draw, ids `control-train-*` here and `product-train-*` there): `--set tasks.suite=product`
+needs no folder.
 """
 
 import argparse

@@ -4,10 +4,11 @@
     --tasks DIR  ─▶ load_task_dir(DIR) (records read from JSONL files)
                  └─▶ load_tasks / get_task (optionally one split, or one instance id)
 
-A suite plugs in with `register_suite`; the bundled `micro` suite is registered here, so
-importing this module is enough to find it. A suite's repositories are written on first
-use by `fleetrl.envs.workspace.ensure_repo`, which asks the registry for the suite's
-`materialise`. Suites themselves never import this module: they hand over plain functions.
+A suite plugs in with `register_suite`; the bundled `micro` and `product` suites are
+registered here, so importing this module is enough to find them. A suite's repositories
+are written on first use by `fleetrl.envs.workspace.ensure_repo`, which asks the registry
+for the suite's `materialise`. Suites themselves never import this module: they hand over
+plain functions.
 
 Not covered: downloading suites; suites whose records change between calls.
 """
@@ -36,6 +37,9 @@ class Suite:
 
 _SUITES: dict[str, Suite] = {
     "micro": Suite(name="micro", build=micro.build_suite, materialise=micro.materialise),
+    "product": Suite(
+        name="product", build=micro.build_product_suite, materialise=micro.materialise_product
+    ),
 }
 
 

@@ -66,6 +66,8 @@ SPLIT_SIZES = {"train": 440, "heldout": 100, "val": 62, "heldout-templates": 60}
 HELDOUT_LETTERS = "dhkpuwz"  # template letters of evaluation tasks; train tasks use the rest
 TESTS_PER_TASK = 3
 STEP_LIMIT = 10_000  # lines one call of a micro function may run; they run under a hundred
+PRODUCT_TRAIN_SIZE = 440  # train tasks of the `product` suite (`build_product_suite`)
+PRODUCT_SEED = "fleetrl-micro-control-v1"  # its draw: the positive control's, the same tasks
 
 
 def split_of_int(value: int) -> str:
@@ -320,23 +322,59 @@ def build_suite() -> list[Task]:
     return [_task(spec, root / spec.instance_id) for spec in _specs()]
 
 
-def fresh_train_tasks(size: int, draw_as: str, seed: str, prefix: str, repos: Path) -> list[Task]:
-    """`size` micro training tasks beyond the suite, drawn like `draw_as` tasks (its
-    templates, constants and letters; bug kinds cycled) from `seed`, with function names
-    no suite task uses; ids `<prefix>-<index>`, repositories written under `repos` (which
-    must not hold them yet). For task folders that train on other symbols than the
-    suite's train split, e.g. the positive control of `scripts/control_tasks.py`."""
+def _fresh_specs(size: int, draw_as: str, seed: str, prefix: str) -> list[_Spec]:
+    """`size` specs beyond the suite, drawn like `draw_as` tasks (its templates, constants
+    and letters; bug kinds cycled) from `seed`, with function names no suite task uses."""
     names = _Names()
     names.functions |= {spec.function for spec in _specs()}
     rng = random.Random(seed)
     order = [(t, kind) for t in templates_of(draw_as) for kind in sorted(t.bugs)]
     rng.shuffle(order)
-    tasks = []
+    specs = []
     for index in range(size):
         template, kind = order[index % len(order)]
-        spec = _make(f"{prefix}-{index:04d}", draw_as, template, kind, rng, names)
-        tasks.append(_write_fresh(spec, repos))
-    return tasks
+        specs.append(_make(f"{prefix}-{index:04d}", draw_as, template, kind, rng, names))
+    return specs
+
+
+def fresh_train_tasks(size: int, draw_as: str, seed: str, prefix: str, repos: Path) -> list[Task]:
+    """`size` micro training tasks beyond the suite, drawn like `draw_as` tasks from
+    `seed` (`_fresh_specs`), ids `<prefix>-<index>`, repositories written under `repos`
+    (which must not hold them yet). For task folders that train on other symbols than the
+    suite's train split, e.g. the positive control of `scripts/control_tasks.py`."""
+    return [_write_fresh(spec, repos) for spec in _fresh_specs(size, draw_as, seed, prefix)]
+
+
+@functools.cache
+def _product_specs() -> dict[str, _Spec]:
+    """The `product` suite's train tasks by id: drawn like `val` (`build_product_suite`)."""
+    specs = _fresh_specs(PRODUCT_TRAIN_SIZE, "val", PRODUCT_SEED, "product-train")
+    return {spec.instance_id: dataclasses.replace(spec, split="train") for spec in specs}
+
+
+def build_product_suite() -> list[Task]:
+    """The bundled `product` suite: the product-specialisation case, as Task records.
+
+    Its `train` split is PRODUCT_TRAIN_SIZE new instances of the micro templates written in
+    the product's conventions (every template integer 3 mod 4, letters from
+    HELDOUT_LETTERS): the conventions of micro's evaluation splits, which micro's own
+    `train` never uses, so a model SFT'd on micro `train` (the shipped bases) has never
+    written them. Its `val`, `heldout` and `heldout-templates` are micro's, unchanged.
+    So the product has hidden tests for its tasks but no demonstrations: RL on them is
+    what specialises the generic model to the product. Repositories are written on first
+    use under `cache_dir()/suites/product/<version>`.
+    """
+    root = cache_dir() / "suites" / "product" / MICRO_VERSION
+    train = [
+        dataclasses.replace(_task(spec, root / spec.instance_id), suite="product")
+        for spec in _product_specs().values()
+    ]
+    return train + [task for task in build_suite() if task.split != "train"]
+
+
+def materialise_product(task: Task, dest: Path) -> None:
+    """Write a `product` train task's base tree into the empty folder `dest`."""
+    _write_base(_product_specs()[task.instance_id], dest)
 
 
 def fresh_shape_tasks(

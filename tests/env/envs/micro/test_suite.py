@@ -7,6 +7,7 @@ from pathlib import Path
 
 from fleetrl.envs.git import apply_patch
 from fleetrl.envs.micro import suite as micro
+from fleetrl.envs.suites import load_tasks
 from fleetrl.envs.testrun import run_pytest
 from fleetrl.envs.workspace import checkout
 from fleetrl.types import Task
@@ -150,3 +151,29 @@ def test_fresh_shape_tasks_with_open_lines_check_out(tmp_path: Path) -> None:
     assert [t.kind for t in opened] == list(micro.shapes.BUG_KINDS)
     assert len({t.origin for t in opened} & {t.origin for t in plain}) <= 2
     _assert_gold_fixes(opened, tmp_path / "work")
+
+
+def test_product_suite_trains_in_the_evaluation_conventions_and_checks_out(
+    suite: list[Task], tmp_path: Path
+) -> None:
+    """The bundled `product` suite: micro's evaluation splits unchanged, and train tasks of
+    micro's templates written with the evaluation symbols (every template integer 3 mod 4,
+    every letter from HELDOUT_LETTERS) under function names micro never uses; its
+    repositories are written through the registry on first use and real pytest takes the
+    gold patches of a sample."""
+    product = load_tasks(suite="product")
+    train = [t for t in product if t.split == "train"]
+    assert len(train) == micro.PRODUCT_TRAIN_SIZE and {t.suite for t in train} == {"product"}
+    evaluation = [(t.instance_id, t.base_commit, t.patch) for t in product if t.split != "train"]
+    assert evaluation == [
+        (t.instance_id, t.base_commit, t.patch) for t in suite if t.split != "train"
+    ]
+    specs = micro._product_specs()
+    symbols = [v for t in train for v in dict(specs[t.instance_id].constants).values()]
+    ints = [v for v in symbols if isinstance(v, int)]
+    letters = "".join(v for v in symbols if isinstance(v, str))
+    assert ints and {micro.split_of_int(v) for v in ints} == {"heldout"}
+    assert letters and {micro.split_of_letter(c) for c in letters} == {"heldout"}
+    assert not {t.test_files[0] for t in train} & {t.test_files[0] for t in suite}
+    assert {t.origin for t in train} == {t.origin for t in suite if t.split == "val"}
+    _assert_gold_fixes(train[:: len(train) // 8][:8], tmp_path / "work")
