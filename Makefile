@@ -41,7 +41,7 @@ test-fast: setup
 	$(PY) -m pytest -q -n 2 -m "not slow" tests/unit
 
 demo: $(RUNTIME)
-	bash scripts/demo.sh
+	bash scripts/demo.sh $(ARGS)
 
 bench: setup
 	$(VENV)/bin/fleetrl bench engine

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# `make demo`: the main job on the embedded default. `fleetrl train` with the default
-# configuration: the shipped base model, the `micro` train split, a local object store,
-# bubblewrap sandboxes and the asynchronous pipeline; it evaluates the base and the trained
-# model on the held-out split, each at its own temperature chosen on the validation split,
-# and writes runs/demo-TIME/ with report.html.
+# `make demo`: the main job on the shipped configuration `configs/demo.toml`: RL from the
+# shipped `base-slip` model on the bundled `product` suite with guided groups, a local
+# object store, bubblewrap sandboxes and the asynchronous pipeline; it evaluates the base
+# and the trained model on the held-out split, each at its own temperature chosen on the
+# validation split, and writes runs/demo-TIME/ with report.html. Extra arguments go to
+# `fleetrl train`, e.g. `make demo ARGS="--set trainer.bf16=false"` (the float32 path).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 NAME=${NAME:-demo-$(date +%Y%m%d-%H%M%S)}
-.venv/bin/fleetrl train --name "$NAME"
+.venv/bin/fleetrl train configs/demo.toml --name "$NAME" "$@"
 echo
 echo "held-out pass@1 before and after, each at its temperature chosen on val (runs/$NAME/eval.json):"
 .venv/bin/python - "runs/$NAME/eval.json" <<'PY'

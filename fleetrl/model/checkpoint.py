@@ -19,6 +19,9 @@ from fleetrl.model.config import ModelConfig
 from fleetrl.model.qwen3 import Qwen3
 
 BASE_MODEL = Path(__file__).resolve().parent / "assets" / "base"
+# Shipped checkpoints by name: the base, and the base continued on the `slip` plan too
+# (it retries a refused edit; the demo's starting point).
+BUNDLED_MODELS = {"base": BASE_MODEL, "base-slip": BASE_MODEL.parent / "base-slip"}
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
 
@@ -30,8 +33,9 @@ class CheckpointError(Exception):
 
 
 def resolve_checkpoint(name: str | Path) -> Path:
-    """`base` means the shipped base model; anything else is a checkpoint directory."""
-    return BASE_MODEL if str(name) == "base" else Path(name)
+    """A shipped model's folder for its name (`base`, `base-slip`); anything else is a
+    checkpoint directory."""
+    return BUNDLED_MODELS.get(str(name), Path(name))
 
 
 def init_model(config: ModelConfig, seed: int = 0, dtype: torch.dtype = torch.float32) -> Qwen3:
