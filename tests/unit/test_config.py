@@ -1,8 +1,12 @@
 """The run configuration: defaults that run, and errors that name the key."""
 
+from pathlib import Path
+
 import pytest
 
 from fleetrl.config import ConfigError, dump_config, load_config, parse_overrides, with_overrides
+from fleetrl.envs.suites import load_tasks
+from fleetrl.model.checkpoint import resolve_checkpoint
 
 
 def test_defaults_are_valid_and_round_trip(tmp_path):
@@ -87,3 +91,16 @@ def test_the_optimiser_defaults_are_one_update_and_dynamic_sampling():
     config = load_config(overrides=parse_overrides(["trainer.minibatches=4",
                                                     "trainer.dynamic_sampling=false"]))  # fmt: skip
     assert (config.trainer.minibatches, config.trainer.dynamic_sampling) == (4, False)
+
+
+def test_the_demo_configuration_names_shipped_parts():
+    """`make demo`'s file parses, starts from a shipped model with its tokenizer and trains
+    on a bundled suite's train split, with guided groups."""
+    config = load_config(Path(__file__).parents[2] / "configs" / "demo.toml")
+    model = resolve_checkpoint(config.model.path)
+    assert model != Path(config.model.path)  # a shipped model, not a folder of the caller's
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= {
+        p.name for p in model.iterdir()
+    }
+    assert load_tasks(suite=config.tasks.suite, split=config.tasks.split)
+    assert config.rollout.guide_failed_groups and config.rollout.guide_recovery
