@@ -2,6 +2,7 @@
 the report. A tiny random model: this checks the machinery, not learning."""
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -49,6 +50,29 @@ def test_train_runs_the_whole_loop(tmp_path, tiny_checkpoint):
     # A finished run is not overwritten.
     again = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     assert again.returncode == 2 and "finished run" in again.stderr
+
+
+def test_the_demo_configuration_trains_on_the_product_suite(tmp_path, tiny_checkpoint):
+    """`make demo`'s file, shrunk to one step of a tiny random model: its groups fail whole
+    on the product's tasks, the expert's guided episodes give them the signal to train on,
+    and the product's repositories are written in the cache on first use."""
+    root = Path(__file__).parents[3]
+    overrides = [
+        f"model.path={tiny_checkpoint}", "trainer.steps=1", "trainer.groups_per_step=2",
+        "rollout.group_size=2", "rollout.max_concurrent_groups=2", "eval.episodes=2",
+        "eval.max_tasks=2", "eval.base=false", "eval.best_temperature=false",
+    ]  # fmt: skip
+    argv = [sys.executable, "-m", "fleetrl.cli", "train", str(root / "configs" / "demo.toml")]
+    argv += ["--name", "d", "--runs-dir", str(tmp_path)]
+    for item in overrides:
+        argv += ["--set", item]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    records = [json.loads(line) for line in (tmp_path / "d" / "metrics.jsonl").open()]
+    (train,) = [r for r in records if r["kind"] == "train"]
+    assert train["guided_samples"] >= 1 and train["train_sequences"] == 4
+    repos = Path(os.environ["FLEETRL_CACHE"]) / "suites" / "product"
+    assert any(repo.name.startswith("product-train-") for repo in repos.glob("*/*"))
 
 
 def _children(pid: int) -> list[int]:
