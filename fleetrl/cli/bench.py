@@ -254,7 +254,8 @@ def bench_learning(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
 ) -> None:
     """From one SFT-plateaued base: RL at the run configuration's budget (`fleetrl train`)
-    against SFT continued on the same demonstrations for RL's wall time.
+    against SFT continued on the same demonstrations for RL's wall time. `--config
+    configs/demo.toml` measures what `make demo` runs.
 
     Base, RL and SFT-more are each evaluated on heldout and heldout-templates at their
     temperature chosen on val (pass@1 with CI, greedy, pass@8, recovery); the goals, the
