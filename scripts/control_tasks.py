@@ -22,8 +22,6 @@ from pathlib import Path
 from fleetrl.envs.folders import write_micro_folder
 from fleetrl.envs.micro import suite as micro
 
-SEED = "fleetrl-micro-control-v1"
-
 
 def main() -> None:
     """Write DIR/tasks.jsonl and DIR/repos."""
@@ -36,7 +34,9 @@ def main() -> None:
     args.dir = args.dir.resolve()  # task records hold absolute repository paths
     args.dir.mkdir(parents=True)
     # Drawn as `val` tasks (evaluation constants and letters), filed as `train`.
-    tasks = micro.fresh_train_tasks(args.size, "val", SEED, "control-train", args.dir / "repos")
+    tasks = micro.fresh_train_tasks(
+        args.size, "val", micro.PRODUCT_SEED, "control-train", args.dir / "repos"
+    )
     path = write_micro_folder(tasks, args.dir)
     print(f"{len(tasks)} train tasks and the bundled evaluation splits in {path}")
 
