@@ -94,7 +94,10 @@ def sft(
     ] = None,
     init: Annotated[
         Path | None,
-        typer.Option(help="Start from this checkpoint and its tokenizer \\[sft.init]."),
+        typer.Option(
+            help="Start from this checkpoint (or a shipped model: base, base-slip) and its "
+            "tokenizer \\[sft.init]."
+        ),
     ] = None,
     hidden: Annotated[
         int | None, typer.Option(help="Hidden size of a fresh model, 4 heads \\[sft.hidden].")

@@ -24,7 +24,12 @@ from fleetrl.envs.micro.expert import PLANS
 from fleetrl.envs.records import TaskError
 from fleetrl.envs.sandbox import SandboxError
 from fleetrl.envs.suites import configured_tasks
-from fleetrl.model.checkpoint import CheckpointError, init_model, load_pretrained
+from fleetrl.model.checkpoint import (
+    CheckpointError,
+    init_model,
+    load_pretrained,
+    resolve_checkpoint,
+)
 from fleetrl.model.qwen3 import Qwen3
 from fleetrl.model.tokenizer import Tokenizer, bundled_tokenizer
 from fleetrl.rollout.demos import load_or_generate_demos
@@ -45,12 +50,13 @@ def _model(config: RunConfig) -> tuple[Qwen3, Tokenizer]:
     sft = config.sft
     try:
         if sft.init is not None:
-            if not (Path(sft.init) / "config.json").is_file():
+            init = resolve_checkpoint(sft.init)
+            if not (init / "config.json").is_file():
                 raise SftError(
                     f"sft.init {sft.init} is not a checkpoint directory (no config.json)"
                 )
-            model = load_pretrained(Path(sft.init), dtype=torch.float32)
-            tokenizer = Tokenizer.from_pretrained(Path(sft.init))
+            model = load_pretrained(init, dtype=torch.float32)
+            tokenizer = Tokenizer.from_pretrained(init)
         else:
             tokenizer = bundled_tokenizer()
             model = init_model(model_config(tokenizer, sft.hidden, sft.layers), seed=sft.seed)

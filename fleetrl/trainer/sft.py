@@ -133,6 +133,23 @@ def sft_loss(model: Qwen3, batch: Batch, bf16: bool = False) -> torch.Tensor:
     return (per_token * batch.mask).sum() / batch.mask.sum().clamp(min=1.0)
 
 
+def backward_in_micro_batches(
+    model: Qwen3, demos: list[Demo], pad_id: int, micro_batch_size: int, bf16: bool = False
+) -> tuple[float, int]:
+    """Backpropagate the batch's mean cross-entropy (`sft_loss` over all of `demos`) a few
+    episodes at a time, which is faster on a CPU (small activations stay in cache) and
+    gives the same gradient; returns the loss and the number of target tokens."""
+    ordered = sorted(demos, key=lambda d: len(d.token_ids))  # little padding per micro-batch
+    total = sum(sum(d.loss_mask[1:]) for d in demos)
+    loss_sum = 0.0
+    for start in range(0, len(ordered), micro_batch_size):
+        batch = collate(ordered[start : start + micro_batch_size], pad_id)
+        loss = sft_loss(model, batch, bf16) * (batch.mask.sum() / max(total, 1))
+        loss.backward()
+        loss_sum += loss.item()
+    return loss_sum, total
+
+
 @torch.no_grad()
 def validation_loss(model: Qwen3, demos: list[Demo], pad_id: int, batch_size: int) -> float:
     """Mean cross-entropy of the expert's tokens over all of `demos` (weighted per token,
@@ -279,18 +296,18 @@ def train_sft(
     ):
         bar_task = bar.add_task("sft", total=config.steps, loss="-")
         for step in range(config.steps):
-            batch = collate(next(batches), tokenizer.pad_id)
             for group in optimizer.param_groups:
                 group["lr"] = lr_at(step, config)
-            loss = sft_loss(model, batch, config.bf16)
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            loss, tokens = backward_in_micro_batches(
+                model, next(batches), tokenizer.pad_id, config.micro_batch_size, config.bf16
+            )
             torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
             optimizer.step()
-            window.append(loss.item())
+            window.append(loss)
             result.steps = step + 1
-            result.target_tokens += int(batch.mask.sum().item())
-            bar.update(bar_task, advance=1, loss=f"{loss.item():.3f}")
+            result.target_tokens += tokens
+            bar.update(bar_task, advance=1, loss=f"{loss:.3f}")
             if result.steps % config.log_every == 0 or result.steps == config.steps:
                 mean = sum(window) / len(window)
                 result.losses.append((result.steps, mean))

@@ -56,3 +56,11 @@ def test_ctrl_c_stops_after_the_step_and_keeps_the_weights(tmp_path):
     assert state["result"]["stopped"] == "interrupted"
     assert 1 <= state["result"]["steps"] < 100000
     assert load_pretrained(out).config.hidden_size == 32
+
+
+def test_sft_continues_a_shipped_model_named_like_everywhere_else(tmp_path):
+    args = ["sft", str(tmp_path / "out"), "--init", "base", "--steps", "1", "--batch-size", "2"]
+    args += ["--max-tasks", "1", "--threads", "1", "--val-every", "0"]
+    result = runner.invoke(app, [*args, "--demos-cache", str(tmp_path / "cache")])
+    assert result.exit_code == 0, result.output
+    assert load_pretrained(tmp_path / "out").config.hidden_size == 256  # the shipped base's

@@ -248,6 +248,30 @@ def test_a_steps_mismatch_is_over_the_sampled_tokens_whatever_the_micro_batches(
     assert metrics["mismatch_abs_logprob"] == pytest.approx(0.1, abs=1e-4)
 
 
+@pytest.mark.parametrize("minibatches", [1, 2])
+def test_the_update_does_not_depend_on_the_micro_batch_size(minibatches):
+    """micro_batch_size is a speed knob only (its default is the CPU's fastest)."""
+    reference = tiny_model()
+    completions = [[5, 6, 7], [9, 9], [4, 8, 8, 8, 3], [6], [7, 7, 2, 1], [3, 3, 3]]
+    segments = [make_segment(reference, [1, 2], c) for c in completions]
+    groups = [[trajectory(segments[i], 1.0), trajectory(segments[i + 1], 0.0)] for i in (0, 2, 4)]
+    samples, _ = samples_from_groups(groups, "drgrpo")
+    weights, losses = [], []
+    for micro_batch_size in (1, 4, 16):
+        model = tiny_model()
+        # SGD: the update is the gradient itself (Adam would blow round-off up to ±lr).
+        optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+        config = TrainerSection(
+            bf16=False, micro_batch_size=micro_batch_size, minibatches=minibatches
+        )
+        losses.append(train_step(model, optimizer, samples, config)["loss"])
+        weights.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
+    assert losses[0] == pytest.approx(losses[1], abs=1e-6) == pytest.approx(losses[2], abs=1e-6)
+    assert not torch.equal(weights[0], torch.cat([p.flatten() for p in tiny_model().parameters()]))
+    assert torch.allclose(weights[0], weights[1], atol=1e-6)
+    assert torch.allclose(weights[0], weights[2], atol=1e-6)
+
+
 def engine_segment(model, prompt, tool_result, temperature, seed=0):
     """Two replies sampled by the real engine at `temperature`, a tool result between
     them (loss mask 0), laid out as the harness records them."""

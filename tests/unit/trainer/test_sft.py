@@ -12,6 +12,7 @@ from fleetrl.model.tokenizer import bundled_tokenizer
 from fleetrl.trainer.sft import (
     STATE_FILE,
     _batches,
+    backward_in_micro_batches,
     collate,
     lr_at,
     model_config,
@@ -70,6 +71,28 @@ def test_loss_ignores_padding_and_context_tokens():
         logprobs = torch.log_softmax(logits, -1).gather(-1, batch.targets[..., None])[..., 0]
     padded_row = -(logprobs[0] * batch.mask[0]).sum() / 3
     assert padded_row.item() == pytest.approx(alone.item(), abs=1e-5)
+
+
+def test_micro_batches_give_the_whole_batchs_loss_and_gradient():
+    demos = [
+        Demo(str(i), "fix", [5 + (i * 7 + j) % 40 for j in range(4 + i % 5)], [0, 0] + [1] * 8)
+        for i in range(7)
+    ]
+    for demo in demos:
+        demo.loss_mask = demo.loss_mask[: len(demo.token_ids)]
+    results = []
+    for micro_batch_size in (7, 3, 1):
+        model = init_model(model_config(TOKENIZER, hidden=32, layers=1), seed=0)
+        loss, tokens = backward_in_micro_batches(model, demos, TOKENIZER.pad_id, micro_batch_size)
+        grads = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+        results.append((loss, tokens, grads))
+    whole = init_model(model_config(TOKENIZER, hidden=32, layers=1), seed=0)
+    expected = sft_loss(whole, collate(demos, TOKENIZER.pad_id))
+    assert results[0][0] == pytest.approx(expected.item(), rel=1e-6)
+    assert results[0][1] == sum(sum(d.loss_mask[1:]) for d in demos)
+    for loss, tokens, grads in results[1:]:
+        assert loss == pytest.approx(results[0][0], rel=1e-6) and tokens == results[0][1]
+        assert torch.allclose(grads, results[0][2], atol=1e-6)
 
 
 def test_bf16_loss_is_close_to_float32_and_has_float32_gradients():
