@@ -133,17 +133,22 @@ def sft_loss(model: Qwen3, batch: Batch, bf16: bool = False) -> torch.Tensor:
     return (per_token * batch.mask).sum() / batch.mask.sum().clamp(min=1.0)
 
 
+def by_length(demos: list[Demo], size: int, pad_id: int) -> Iterator[Batch]:
+    """`demos` collated `size` at a time, shortest first, so each batch pads little."""
+    ordered = sorted(demos, key=lambda d: len(d.token_ids))
+    for start in range(0, len(ordered), size):
+        yield collate(ordered[start : start + size], pad_id)
+
+
 def backward_in_micro_batches(
     model: Qwen3, demos: list[Demo], pad_id: int, micro_batch_size: int, bf16: bool = False
 ) -> tuple[float, int]:
     """Backpropagate the batch's mean cross-entropy (`sft_loss` over all of `demos`) a few
     episodes at a time, which is faster on a CPU (small activations stay in cache) and
     gives the same gradient; returns the loss and the number of target tokens."""
-    ordered = sorted(demos, key=lambda d: len(d.token_ids))  # little padding per micro-batch
     total = sum(sum(d.loss_mask[1:]) for d in demos)
     loss_sum = 0.0
-    for start in range(0, len(ordered), micro_batch_size):
-        batch = collate(ordered[start : start + micro_batch_size], pad_id)
+    for batch in by_length(demos, micro_batch_size, pad_id):
         loss = sft_loss(model, batch, bf16) * (batch.mask.sum() / max(total, 1))
         loss.backward()
         loss_sum += loss.item()
@@ -157,9 +162,7 @@ def validation_loss(model: Qwen3, demos: list[Demo], pad_id: int, batch_size: in
     was_training = model.training
     model.eval()
     total, tokens = 0.0, 0.0
-    ordered = sorted(demos, key=lambda d: len(d.token_ids))  # little padding per batch
-    for start in range(0, len(ordered), batch_size):
-        batch = collate(ordered[start : start + batch_size], pad_id)
+    for batch in by_length(demos, batch_size, pad_id):
         weight = batch.mask.sum().item()
         total += sft_loss(model, batch).item() * weight
         tokens += weight

@@ -74,12 +74,11 @@ def test_loss_ignores_padding_and_context_tokens():
 
 
 def test_micro_batches_give_the_whole_batchs_loss_and_gradient():
+    lengths = [4 + i % 5 for i in range(7)]  # micro-batches of unequal target tokens
     demos = [
-        Demo(str(i), "fix", [5 + (i * 7 + j) % 40 for j in range(4 + i % 5)], [0, 0] + [1] * 8)
-        for i in range(7)
+        Demo(str(i), "fix", [5 + (i * 7 + j) % 40 for j in range(n)], [0, 0] + [1] * (n - 2))
+        for i, n in enumerate(lengths)
     ]
-    for demo in demos:
-        demo.loss_mask = demo.loss_mask[: len(demo.token_ids)]
     results = []
     for micro_batch_size in (7, 3, 1):
         model = init_model(model_config(TOKENIZER, hidden=32, layers=1), seed=0)
