@@ -200,9 +200,9 @@ class EvalSection(_Section):
     split: str = "heldout"
     """Split evaluated at the end of the run."""
     episodes: int = Field(100, ge=1)
-    """Episodes of the end-of-run evaluation on `split` (tasks x samples): 100 is one sample
-    of each held-out task (the interval is over tasks either way); it keeps `make demo`
-    within 15 minutes on 2 cores."""
+    """At least this many episodes in the end-of-run evaluation on `split` (tasks x
+    samples): 100 is one sample of each of the 310 held-out tasks (the interval is over
+    tasks either way); it keeps `make demo` within 15 minutes on 2 cores."""
     best_temperature: bool = True
     """The end-of-run evaluation first chooses each model's temperature on `val_split`,
     then reports `split` at it (off: at `rollout.temperature`)."""
@@ -224,8 +224,10 @@ class EvalSection(_Section):
     """Episodes in flight at once during an evaluation (generation batches across them)."""
     max_concurrent_verify: int = Field(4, ge=1)
     """Gradings at once during an evaluation."""
-    threads: int = Field(2, ge=1)
-    """torch CPU threads of `fleetrl eval`."""
+    threads: int = Field(1, ge=1)
+    """torch CPU threads of an evaluation (`fleetrl eval`, the end of `fleetrl train`, the
+    learning bench). One: the episodes' tests run beside the engine, and on 2 cores a
+    second engine thread made an evaluation 14% slower (docs/benchmarks.md)."""
 
     @model_validator(mode="after")
     def _val_apart(self) -> EvalSection:

@@ -490,6 +490,6 @@ class Engine:
                 request.future.set_result(request.out)
             last = len(running) - 1
             if i != last:
-                self.cache.move(last, i)
+                self.cache.copy(last, i, running[last].length)
                 running[i] = running[last]
             running.pop()

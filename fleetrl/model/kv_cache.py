@@ -80,11 +80,7 @@ class KVCache:
         return kc[:, :, : self.visible], vc[:, :, : self.visible], self.mask
 
     def copy(self, src: int, dst: int, length: int) -> None:
-        """Copy the first `length` positions of slot `src` into slot `dst`."""
+        """Copy the first `length` positions of slot `src` into slot `dst` (prefix reuse,
+        parking, and packing the running requests to the front)."""
         self.k[:, dst, :, :length] = self.k[:, src, :, :length]
         self.v[:, dst, :, :length] = self.v[:, src, :, :length]
-
-    def move(self, src: int, dst: int) -> None:
-        """Copy slot `src` into slot `dst` (the engine packs running requests to the front)."""
-        self.k[:, dst] = self.k[:, src]
-        self.v[:, dst] = self.v[:, src]

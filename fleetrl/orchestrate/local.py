@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from fleetrl.config import RunConfig, dump_config
@@ -38,7 +39,13 @@ from fleetrl.observe.records import EvalRecord
 from fleetrl.observe.report import write_report
 from fleetrl.orchestrate.roles import FENCED_EXIT
 from fleetrl.orchestrate.run import create_run
-from fleetrl.rollout.evaluate import EvalResult, evaluate_checkpoint, results_key
+from fleetrl.rollout.evaluate import (
+    EvalResult,
+    evaluate_checkpoint,
+    results_key,
+    split_tasks,
+    tasks_digest,
+)
 from fleetrl.store.control import store_url
 from fleetrl.store.objectstore import open_store
 from fleetrl.store.region_metrics import read_run_region_metrics
@@ -164,6 +171,8 @@ def _eval_cache_key(checkpoint: Path, config: RunConfig) -> str:
     settings = (
         "bootstrap-v1",  # the protocol: results of an earlier one are never reused
         config.eval.split,
+        tasks_digest(split_tasks(config, config.eval.split)),
+        tasks_digest(split_tasks(config, config.eval.val_split)),
         config.eval.episodes,
         config.eval.max_tasks,
         config.rollout.temperature,
@@ -256,6 +265,7 @@ def evaluate_and_report(config: RunConfig, run_dir: Path, progress: bool = True)
     its `EvalResult`; "eval" records) and report.html; returns the evaluation summary."""
     summary: dict = {}
     if config.eval.enabled:
+        torch.set_num_threads(config.eval.threads)
         evaluated = []
         if config.eval.base:
             evaluated.append(("base", 0, resolve_checkpoint(config.model.path), True))

@@ -236,6 +236,14 @@ def pick_temperature(sweep: dict[float, EvalResult]) -> float:
     return min(sweep, key=lambda t: (-sweep[t].pass_at_1, t))
 
 
+def tasks_digest(tasks: list[Task]) -> str:
+    """sha256 of task records, their machine-specific repository paths left out: part of
+    the key of a cached result, so that a split whose tasks changed (a suite grown, a task
+    folder regenerated) is evaluated again rather than read back."""
+    records = [{**asdict(task), "repo": ""} for task in tasks]
+    return hashlib.sha256(json.dumps(records, sort_keys=True).encode()).hexdigest()
+
+
 def split_tasks(config: RunConfig, split: str) -> list[Task]:
     """The configured tasks of `split` (its first `eval.max_tasks` when set); TaskError
     when the split does not exist."""
@@ -443,6 +451,7 @@ def sweep_cache_path(checkpoint: Path, config: RunConfig) -> Path:
     settings = (
         "sweep-v1",
         config.eval.val_split,
+        tasks_digest(split_tasks(config, config.eval.val_split)),
         config.eval.temperatures,
         config.eval.val_samples,
         config.eval.max_tasks,

@@ -1,4 +1,4 @@
-"""The bundled `micro` suite: 662 one-function Python bug fixes a tiny model can learn.
+"""The bundled `micro` suite: 872 one-function Python bug fixes a tiny model can learn.
 
 Each task is a repository holding one module `<f>.py` (2-10 lines, one function, sometimes
 a helper) with one bug in it, and a hidden test file `test_<f>.py` of three one-assert
@@ -16,7 +16,7 @@ How it is made (`fleetrl.envs.micro.templates` has the templates):
 - Function names are random letters (4-5), unique across the suite; local names random
   letters (1-3). Random letters tokenise into pieces seen in training, unlike unseen English
   words, so names carry no meaning to memorise and none to trip over.
-- Splits, generated in this order: 440 `train`, 100 `heldout`, 62 `val` and 60
+- Splits, generated in this order: 440 `train`, 310 `heldout`, 62 `val` and 60
   `heldout-templates`. Train, held-out and validation share the templates and bug kinds
   but no function: every function name differs, every template integer constant of a
   held-out or validation task is congruent to 3 mod 4 and of a train task is not, and
@@ -24,15 +24,20 @@ How it is made (`fleetrl.envs.micro.templates` has the templates):
   a train task does not. Validation is where hyperparameters and temperatures are chosen;
   held-out (unseen instances of known bug patterns) only reports. `heldout-templates`
   uses five templates (UNSEEN_TEMPLATES) no other split has, with held-out constants: it
-  measures fixing a function of a shape never trained on. Train and held-out are byte for
-  byte those of version v1 (the seeds stay "v1"), so models trained on v1 stay valid.
+  measures fixing a function of a shape never trained on. Train and the first 100
+  held-out tasks are byte for byte those of version v1 (the seeds stay "v1"), so models
+  trained on v1 stay valid.
+- Held-out is 310 tasks, five instances of each pair: at 100 a 95% interval over tasks
+  spanned about 18 points around a pass@1 of 0.7, too wide to tell a ten-point gain from
+  noise; at 310 it spans about 10. Its tasks 100-309 continue the same draw, after which
+  every other split's tasks came out unchanged.
 - Tests: the correct and the buggy function run in-process on random arguments; the three
   tests are distinct calls, at least one of which the bug changes (FAIL_TO_PASS), the
   others may still pass (PASS_TO_PASS). A call runs at most STEP_LIMIT lines; one where
   the bug never ends is not drawn as a test.
 - Deterministic: seeded from MICRO_VERSION and the split name, so the same code gives the
-  same suite byte for byte (base-commit shas included). Change MICRO_VERSION whenever the
-  output changes; cached repositories live under a folder named after it.
+  same suite byte for byte (base-commit shas included). Change MICRO_VERSION whenever a
+  task's record changes; cached repositories live under a folder named after it.
 
 Records are built in memory (well under a second); a task's repository is written under
 `cache_dir()/suites/micro/<version>/<instance_id>` on first use (`workspace.ensure_repo`
@@ -62,7 +67,7 @@ from fleetrl.types import Task
 
 MICRO_VERSION = "v2"
 SEED_VERSION = "v1"  # in the splits' seeds: unchanged, so train and heldout stay as in v1
-SPLIT_SIZES = {"train": 440, "heldout": 100, "val": 62, "heldout-templates": 60}  # in order
+SPLIT_SIZES = {"train": 440, "heldout": 310, "val": 62, "heldout-templates": 60}  # in order
 HELDOUT_LETTERS = "dhkpuwz"  # template letters of evaluation tasks; train tasks use the rest
 TESTS_PER_TASK = 3
 STEP_LIMIT = 10_000  # lines one call of a micro function may run; they run under a hundred

@@ -12,11 +12,21 @@ from typer.testing import CliRunner
 
 from fleetrl.cli import app
 from fleetrl.config import HarnessSection, RolloutSection, load_config
-from fleetrl.envs.suites import get_task
+from fleetrl.envs.records import write_jsonl
+from fleetrl.envs.suites import get_task, load_tasks
+from fleetrl.envs.workspace import ensure_repo
 from fleetrl.model.chat import Message, ToolCall, format_reply
 from fleetrl.model.checkpoint import resolve_checkpoint
 from fleetrl.model.tokenizer import bundled_tokenizer
-from fleetrl.rollout.evaluate import EvalError, _Run, _Session, episodes_of, evaluate_policy
+from fleetrl.rollout.evaluate import (
+    EvalError,
+    _Run,
+    _Session,
+    episodes_of,
+    evaluate_policy,
+    sweep_cache_path,
+    tasks_digest,
+)
 from fleetrl.rollout.worker import Rollouts
 from fleetrl.types import Completion, SamplingParams
 
@@ -183,3 +193,25 @@ def test_episodes_of_a_checkpoint_come_one_per_task_in_task_order():
     episodes = episodes_of(resolve_checkpoint("base"), config, tasks, temperature=0.0)
     assert [e.task_id for e in episodes] == [t.instance_id for t in tasks]
     assert all(e.finish_reason and e.reward in (0.0, 1.0) for e in episodes)
+
+
+def test_a_kept_temperature_choice_is_not_read_back_once_the_val_tasks_changed(
+    tmp_path, monkeypatch
+):
+    # A task folder regenerated under the same path, one statement reworded: the sweep's
+    # cache key changes with it (a grown suite the same way); the repository path does not.
+    monkeypatch.setenv("FLEETRL_CACHE", str(tmp_path / "cache"))
+    val = load_tasks(suite="micro", split="val")[:3]
+    for task in val:
+        ensure_repo(task)
+    folder = tmp_path / "tasks"
+    folder.mkdir()
+    write_jsonl(val, folder / "tasks.jsonl")
+    config = load_config(None, {"tasks": {"tasks_dir": str(folder)}})
+    checkpoint = resolve_checkpoint("base")
+    before = sweep_cache_path(checkpoint, config)
+    moved = [replace(task, repo=str(tmp_path / "elsewhere" / task.instance_id)) for task in val]
+    assert tasks_digest(moved) == tasks_digest(val)
+    reworded = [replace(val[0], problem_statement=val[0].problem_statement + " "), *val[1:]]
+    write_jsonl(reworded, folder / "tasks.jsonl")
+    assert sweep_cache_path(checkpoint, config) != before

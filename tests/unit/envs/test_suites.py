@@ -16,7 +16,7 @@ def _cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_load_tasks_resolves_suites_and_splits(tmp_path: Path) -> None:
-    assert len(load_tasks(suite="micro", split="heldout")) == 100
+    assert len(load_tasks(suite="micro", split="heldout")) == 310
     with pytest.raises(TaskError, match="exactly one"):
         load_tasks()
     with pytest.raises(TaskError, match="exactly one"):

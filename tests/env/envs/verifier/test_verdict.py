@@ -139,9 +139,9 @@ def test_verify_cli_json(task, workspace):
     assert missing.exit_code == 2 and "unknown task id" in missing.output
 
 
-# Gold patches of the micro suite grade 1 under the real verifier: every third task (221, all
-# four splits and every bug kind; about 2 minutes: slow), and for the quick loop
-# every 27th (25). slice(None) grades all 662 (about 5 minutes); the static checks of every
+# Gold patches of the micro suite grade 1 under the real verifier: every third task (291, all
+# four splits and every bug kind; about 3 minutes: slow), and for the quick loop
+# every 27th (33). slice(None) grades all 872 (about 7 minutes); the static checks of every
 # gold patch run in test_anticheat_gold.py.
 @pytest.mark.parametrize(
     "which",

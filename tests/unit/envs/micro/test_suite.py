@@ -21,10 +21,13 @@ from fleetrl.envs.suites import load_tasks
 from fleetrl.types import Task
 
 # sha256 of the suite's records (repo paths left out). Any change to the suite changes
-# every number measured on it: when this fails after an intended change, bump
-# micro.MICRO_VERSION together with this value.
-SUITE_DIGEST = "b81f610b38d26ba521d58ed5a75b6f1b8153a77d72f5f370ffbfbfd46fd32b89"
+# every number measured on it: when this fails after an intended change, update this value,
+# and bump micro.MICRO_VERSION too if an existing task's record changed (its cached
+# repository would be stale); new tasks alone need no bump.
+SUITE_DIGEST = "56d21ac5688b09c5b03c2e696bcd50e1f5048b95f2989f4c94929fbd22330d45"
 V1_DIGEST = "9d5644576f05e8a3915bc561fabf2c463426e1fe7af787341af9beaa42b1f6d0"  # train + heldout
+# val + heldout-templates, as before held-out grew to 310
+V2_DIGEST = "82f55bb949431cb5782cf993eb2e07cb593d7eba42046b56cbfd54c03806627d"
 
 
 @pytest.fixture(autouse=True)
@@ -48,7 +51,7 @@ def _digest(tasks: list[Task]) -> str:
 
 def test_sizes_kinds_and_templates(suite: list[Task]) -> None:
     splits = Counter(task.split for task in suite)
-    assert splits == {"train": 440, "heldout": 100, "val": 62, "heldout-templates": 60}
+    assert splits == {"train": 440, "heldout": 310, "val": 62, "heldout-templates": 60}
     assert len({task.instance_id for task in suite}) == len(suite) >= 500
     assert len(TEMPLATES) >= 15 and len(UNSEEN_TEMPLATES) >= 5
     assert {task.kind for task in suite} == set(KINDS) - {"feature_deletion"}
@@ -58,9 +61,13 @@ def test_sizes_kinds_and_templates(suite: list[Task]) -> None:
         assert {(t.origin, t.kind) for t in suite if t.split == split} == pairs
 
 
-def test_train_and_heldout_are_those_of_v1(suite: list[Task]) -> None:
-    # The shipped base model was trained on v1's train split: adding splits kept both.
-    assert _digest([t for t in suite if t.split in ("train", "heldout")]) == V1_DIGEST
+def test_growing_heldout_kept_every_earlier_task(suite: list[Task]) -> None:
+    # The shipped base model was trained on v1's train split: adding splits kept it and v1's
+    # 100 held-out tasks; growing held-out to 310 kept those and val and heldout-templates.
+    heldout = [t for t in suite if t.split == "heldout"]
+    assert _digest([t for t in suite if t.split == "train"] + heldout[:100]) == V1_DIGEST
+    assert _digest([t for t in suite if t.split in ("val", "heldout-templates")]) == V2_DIGEST
+    assert all(t.instance_id == f"micro-heldout-{i:04d}" for i, t in enumerate(heldout))
 
 
 def test_splits_share_no_function_constant_letter_or_unseen_template(suite: list[Task]) -> None:
