@@ -34,7 +34,7 @@ from fleetrl.envs.records import TaskError
 from fleetrl.envs.suites import configured_tasks
 from fleetrl.orchestrate.local import run_local
 from fleetrl.orchestrate.sft import run_sft
-from fleetrl.rollout.evaluate import choose_temperature, protocol_report
+from fleetrl.rollout.evaluate import choose_temperature, paired_gain, protocol_report, task_rates
 from fleetrl.trainer.sft import STATE_FILE, lr_at
 
 MODELS = ("base", "rl", "sft_more")
@@ -155,11 +155,13 @@ def _gain(
 ) -> dict[str, Any]:
     gain = winner["pass_at_1"] - other["pass_at_1"]
     apart = winner["ci_low"] > other["ci_high"]
+    _, low, high = paired_gain(task_rates(winner), task_rates(other))
     return {
         "met": gain >= margin - EPSILON and (apart or not separated),
         "gain": gain,
         "min_gain": margin,
         "intervals_separated": apart,
+        "gain_ci": [low, high],  # paired over the split's tasks (reported, not a goal)
     }
 
 

@@ -27,7 +27,10 @@ TINY_SFT = {"steps": 2, "batch_size": 2, "copies": 0, "max_tasks": 4, "threads":
 
 
 def split_doc(pass_at_1: float, ci: float, recovery_rate: float) -> dict:
+    passed = round(100 * pass_at_1)  # of 100 tasks, the first ones, one sample each
     return {
+        "task_passes": {f"t{i:03d}": int(i < passed) for i in range(100)},
+        "samples_per_task": 1,
         "pass_at_1": pass_at_1,
         "ci_low": pass_at_1 - ci,
         "ci_high": pass_at_1 + ci,
@@ -47,6 +50,8 @@ def test_goals_met_when_rl_clears_both_margins_with_separated_intervals():
     assert heldout["rl_over_base"]["met"]  # exactly +10 points counts
     assert heldout["rl_over_base"]["intervals_separated"]
     assert heldout["rl_over_base"]["rl"] == 0.3 and heldout["rl_over_base"]["base"] == 0.2
+    low, high = heldout["rl_over_base"]["gain_ci"]  # RL passes the base's tasks and 10 more
+    assert 0 < low < 0.1 < high
     assert heldout["rl_over_sft_more"]["met"] and heldout["recovery_rises"]["met"]
     assert goals["all_met"]
 

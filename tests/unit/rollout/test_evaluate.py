@@ -5,11 +5,14 @@ import pytest
 
 from fleetrl.config import ConfigError, load_config
 from fleetrl.rollout.evaluate import (
+    EvalError,
     EvalResult,
     bootstrap_interval,
+    paired_gain,
     pass_at_k,
     pick_temperature,
     summarise,
+    task_rates,
     wilson_interval,
 )
 from fleetrl.types import Trajectory
@@ -32,6 +35,25 @@ def test_bootstrap_over_tasks_is_wider_than_a_binomial_over_correlated_episodes(
     binomial_low, binomial_high = wilson_interval(80, 160)
     assert high - low > 1.5 * (binomial_high - binomial_low)
     assert low < 0.5 < high
+
+
+def test_a_paired_gain_resolves_what_two_separate_intervals_cannot():
+    # 200 tasks: the base passes 120; the trained model the same 120 and 12 more.
+    before = {f"t{i}": float(i < 120) for i in range(200)}
+    after = {f"t{i}": float(i < 132) for i in range(200)}
+    gain, low, high = paired_gain(after, before)
+    assert gain == pytest.approx(0.06) and 0 < low < gain < high
+    assert (
+        bootstrap_interval(list(after.values()))[0] < bootstrap_interval(list(before.values()))[1]
+    )
+    assert paired_gain(after, before) == (gain, low, high)  # deterministic for a seed
+    with pytest.raises(EvalError, match="same tasks"):
+        paired_gain(after, {"t0": 1.0})
+
+
+def test_task_rates_divide_by_the_samples_per_task():
+    document = {"task_passes": {"a": 8, "b": 2, "c": 0}, "samples_per_task": 8}
+    assert task_rates(document) == {"a": 1.0, "b": 0.25, "c": 0.0}
 
 
 def test_bootstrap_never_claims_certainty_when_every_task_scored_the_same():
