@@ -187,4 +187,6 @@ def test_bench_learning_runs_rl_and_sft_more_for_the_same_wall_time(tmp_path, ti
     assert isinstance(figures["goals"]["all_met"], bool)
     goals = {"rl_over_base", "rl_over_sft_more", "recovery_rises"}
     assert set(figures["goals"]["heldout"]) == goals
+    over_base = figures["goals"]["heldout"]["rl_over_base"]
+    assert -1.0 <= over_base["gain_ci"][0] <= over_base["gain"] <= over_base["gain_ci"][1] <= 1.0
     assert (tmp_path / "t" / "rl" / "final" / "config.json").is_file()
