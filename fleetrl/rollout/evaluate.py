@@ -80,6 +80,13 @@ def bootstrap_interval(
     values = np.asarray(per_task, dtype=np.float64)
     if np.all(values == values[0]):
         return wilson_interval(float(values.sum()), len(values))
+    return _percentile_bootstrap(values, level, resamples, seed)
+
+
+def _percentile_bootstrap(
+    values: np.ndarray, level: float, resamples: int, seed: int
+) -> tuple[float, float]:
+    """Percentile interval of the mean of `values` over `resamples` draws with replacement."""
     rng = np.random.default_rng(seed)
     means = values[rng.integers(0, len(values), size=(resamples, len(values)))].mean(axis=1)
     alpha = (1.0 - level) / 2
@@ -104,13 +111,8 @@ def paired_gain(
         raise EvalError("a paired gain needs both models evaluated on the same tasks")
     if not after:
         return 0.0, -1.0, 1.0
-    ids = sorted(after)
-    diffs = np.array([after[i] - before[i] for i in ids], dtype=np.float64)
-    rng = np.random.default_rng(seed)
-    means = diffs[rng.integers(0, len(diffs), size=(resamples, len(diffs)))].mean(axis=1)
-    alpha = (1.0 - level) / 2
-    low, high = np.quantile(means, [alpha, 1.0 - alpha])
-    return float(diffs.mean()), float(low), float(high)
+    diffs = np.array([after[i] - before[i] for i in sorted(after)], dtype=np.float64)
+    return float(diffs.mean()), *_percentile_bootstrap(diffs, level, resamples, seed)
 
 
 def task_rates(document: dict[str, Any]) -> dict[str, float]:
