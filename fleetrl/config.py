@@ -37,6 +37,11 @@ class TasksSection(_Section):
     """Split of the suite (or of the task folder) to train on."""
     tasks_dir: str | None = None
     """A task folder written by `fleetrl tasks make`, instead of a bundled suite."""
+    skip_solved: str | None = None
+    """An evaluation of the starting model on `split` (the JSON of `fleetrl eval MODEL
+    --split train --samples K --json`): RL does not draw the tasks it passed in all K
+    samples, whose groups would all pass and carry no signal (offline difficulty
+    filtering). SFT and evaluations are not affected."""
 
 
 class HarnessSection(_Section):

@@ -16,6 +16,7 @@ Not covered: downloading suites; suites whose records change between calls.
 from __future__ import annotations
 
 import difflib
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,6 +91,45 @@ def configured_tasks(source: TasksSection, split: str) -> list[Task]:
     if source.tasks_dir is not None:
         return load_tasks(tasks_dir=Path(source.tasks_dir), split=split)
     return load_tasks(suite=source.suite, split=split)
+
+
+def training_tasks(source: TasksSection) -> list[Task]:
+    """The tasks RL draws groups from: the configured `split`, less those the evaluation
+    `source.skip_solved` names as solved in every sample."""
+    tasks = configured_tasks(source, source.split)
+    if source.skip_solved is None:
+        return tasks
+    solved = solved_tasks(Path(source.skip_solved), source.split)
+    if not solved & {task.instance_id for task in tasks}:
+        raise TaskError(
+            f"tasks.skip_solved: none of the tasks {source.skip_solved} evaluated is in "
+            f"the {source.split!r} split configured; was it made on another suite?"
+        )
+    kept = [task for task in tasks if task.instance_id not in solved]
+    if not kept:
+        raise TaskError(f"tasks.skip_solved: {source.skip_solved} solves every task; none left")
+    return kept
+
+
+def solved_tasks(path: Path, split: str) -> set[str]:
+    """Ids of the tasks an evaluation of `split` (`fleetrl eval ... --json`) passed in every
+    sample."""
+    try:
+        document = json.loads(path.read_text())
+    except OSError as err:
+        raise TaskError(f"tasks.skip_solved: cannot read {path}: {err.strerror}") from None
+    except json.JSONDecodeError:
+        raise TaskError(f"tasks.skip_solved: {path} is not JSON") from None
+    made_by = f"`fleetrl eval MODEL --split {split} --samples 4 --json`"
+    if not isinstance(document, dict) or "task_passes" not in document:
+        raise TaskError(f"tasks.skip_solved: {path} is not the JSON of {made_by}")
+    if document.get("split") != split:
+        raise TaskError(
+            f"tasks.skip_solved: {path} evaluated split {document.get('split')!r}, "
+            f"not the {split!r} that RL draws from; make it with {made_by}"
+        )
+    samples = document["samples_per_task"]
+    return {task for task, passes in document["task_passes"].items() if passes >= samples}
 
 
 def get_task(instance_id: str, suite: str | None = None, tasks_dir: Path | None = None) -> Task:

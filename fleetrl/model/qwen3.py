@@ -29,7 +29,7 @@ from fleetrl.model.kv_cache import KVCache
 class ModelOutput(NamedTuple):
     """What a forward pass returns."""
 
-    logits: torch.Tensor  # [B, T, vocab]
+    logits: torch.Tensor  # [B, T, vocab]; [N, vocab] with `logits_at`
     routed_experts: torch.Tensor | None  # [B, T, L_moe, k] long, when asked for (MoE only)
 
 
@@ -227,6 +227,7 @@ class Qwen3(nn.Module):
         kv_cache: KVCache | None = None,
         routed_experts: torch.Tensor | None = None,
         return_routed_experts: bool = False,
+        logits_at: torch.Tensor | None = None,
     ) -> ModelOutput:
         """Run the network.
 
@@ -235,6 +236,8 @@ class Qwen3(nn.Module):
         (see KVCache.begin) positions and visible keys come from the cache.
         routed_experts: [B, T, L_moe, k] expert ids to replay instead of routing.
         return_routed_experts: also return the experts used, [B, T, L_moe, k].
+        logits_at: bool [B, T]: logits only at these positions, [N, vocab] in row-major
+        order; a loss that reads a few positions skips the vocabulary projection elsewhere.
         """
         B, T = input_ids.shape
         if kv_cache is not None:
@@ -253,6 +256,8 @@ class Qwen3(nn.Module):
             if experts is not None:
                 used.append(experts)
                 moe_index += 1
+        if logits_at is not None:
+            x = x[logits_at]
         logits = self.lm_head(self.model.norm(x))
         routed = torch.stack(used, dim=2) if return_routed_experts and used else None
         return ModelOutput(logits, routed)

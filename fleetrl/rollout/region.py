@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 
 from fleetrl.config import RunConfig
-from fleetrl.envs.suites import configured_tasks
+from fleetrl.envs.suites import training_tasks
 from fleetrl.model.checkpoint import load_pretrained, resolve_checkpoint
 from fleetrl.model.tokenizer import Tokenizer
 from fleetrl.rollout.worker import GroupResult, Rollouts, rollout_engine
@@ -77,7 +77,7 @@ class Region:
         self.metrics = RegionMetricsWriter(self.weights.store, name)
         self.regional = WeightStore(regional_store) if regional_store else None
         self.link_bytes_per_s = link_bytes_per_s
-        self.tasks = configured_tasks(config.tasks, config.tasks.split)
+        self.tasks = training_tasks(config.tasks)
         self.rng = random.Random(f"{config.trainer.seed}-{name}")
         self.started = self.channel.count(name)  # groups started (numbers their ids)
         # Samples handed to the trainer, group_size per group sent even when failures made

@@ -8,12 +8,13 @@
 The budget is the staleness gate's, fleet-wide: with B samples per optimizer step and
 bound O, after s steps at most (s + O + 1) × B + dropped samples may be handed in or
 running, whatever the number of regions: every admitted sample is due for training within
-O steps of the weights that start it. With O = 0 and one region it is the synchronous
-loop: a whole batch at version v, then nothing until v + 1 is published. Samples are
-counted per group at the configured group size, on both sides, even when a group lost
-episodes that failed: a region hands in whole groups of the budget. Steps, not versions:
-a resumed trainer publishes above the store's newest version (`trainer.loop`), and that
-jump trains nothing, so it must not widen the budget.
+O steps of the weights that start it; in a run of N steps, never more than (N + 1) × B +
+dropped (one spare batch for the last batches' skipped groups). With O = 0 and one
+region it is the synchronous loop: a whole batch at version v, then nothing until v + 1
+is published. Samples are counted per group at the configured group size, on both sides,
+even when a group lost episodes that failed: a region hands in whole groups of the
+budget. Steps, not versions: a resumed trainer publishes above the store's newest
+version (`trainer.loop`), and that jump trains nothing, so it must not widen the budget.
 A grant is cumulative and never shrinks while its region is alive, so a region can never
 find itself over budget because the trainer's view of it lagged. What is not yet granted
 is shared equally among live regions (heartbeat younger than `ttl_s`); a region whose
@@ -45,11 +46,18 @@ class Heartbeat:
     failed_episodes: int = 0  # episodes that raised, ever
 
 
-def fleet_budget(steps: int, max_staleness: int, batch: int, dropped: int) -> int:
+def fleet_budget(
+    steps: int, max_staleness: int, batch: int, dropped: int, last_step: int | None = None
+) -> int:
     """Samples the whole fleet may have handed in or running after `steps` optimizer steps,
     `dropped` of them in groups the trainer did not train: dropped as too stale, or kept
-    out of a batch for lack of reward variance (group size each)."""
-    return (steps + max_staleness + 1) * batch + dropped
+    out of a batch for lack of reward variance (group size each). With `last_step` (the
+    run's), at most one batch beyond it: the spare covers the last batches' skipped
+    groups, and groups no step would train are not started."""
+    ahead = steps + max_staleness + 1
+    if last_step is not None:
+        ahead = min(ahead, last_step + 1)
+    return ahead * batch + dropped
 
 
 def may_start(

@@ -256,4 +256,5 @@ def _report_progress(
     tc, group_size = config.trainer, config.rollout.group_size
     batch = tc.groups_per_step * group_size
     returned = (state.dropped_groups + state.filtered_groups) * group_size
-    hand_out(store, fleet_budget(state.step, tc.max_staleness, batch, returned), group_size)
+    budget = fleet_budget(state.step, tc.max_staleness, batch, returned, last_step=tc.steps)
+    hand_out(store, budget, group_size)

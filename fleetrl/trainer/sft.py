@@ -125,12 +125,14 @@ def collate(demos: list[Demo], pad_id: int) -> Batch:
 def sft_loss(model: Qwen3, batch: Batch, bf16: bool = False) -> torch.Tensor:
     """Mean cross-entropy of the expert's tokens (a scalar); padding sits after every real
     token of its row, so causal attention keeps it from influencing them. `bf16` runs the
-    forward under bfloat16 autocast; the loss itself is computed in float32."""
+    forward under bfloat16 autocast; the loss itself is computed in float32, and logits
+    only at the expert's tokens (the rest of a demonstration is never scored)."""
     device = batch.inputs.device.type
+    at = batch.mask.bool()
     with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
-        logits = model(batch.inputs).logits  # [B, T, V]
-    per_token = F.cross_entropy(logits.float().transpose(1, 2), batch.targets, reduction="none")
-    return (per_token * batch.mask).sum() / batch.mask.sum().clamp(min=1.0)
+        logits = model(batch.inputs, logits_at=at).logits  # [N, V]
+    per_token = F.cross_entropy(logits.float(), batch.targets[at], reduction="none")
+    return per_token.sum() / batch.mask.sum().clamp(min=1.0)
 
 
 def by_length(demos: list[Demo], size: int, pad_id: int) -> Iterator[Batch]:

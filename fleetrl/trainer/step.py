@@ -121,16 +121,20 @@ def token_logprobs(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """log π(target | prefix) [B, T] at each segment's sampling temperature, with the
     engine's routing replayed, and the entropy of each position's distribution [B, T] (no
-    gradient); `bf16`: matmuls under autocast."""
+    gradient); `bf16`: matmuls under autocast. Both are computed at the loss positions
+    (`batch.mask`) only and are 0 elsewhere: the prompts and tool results, about half of
+    a demo batch's tokens, need no vocabulary projection."""
     inputs = batch.inputs
+    at = batch.mask.bool()
     with torch.autocast(inputs.device.type, dtype=torch.bfloat16, enabled=bf16):
-        logits = model(inputs, routed_experts=batch.routed_experts).logits
-    logits = logits.float() / batch.temperature.to(inputs.device)[:, None, None]
-    logprobs = torch.log_softmax(logits, dim=-1)
-    chosen = logprobs.gather(-1, batch.targets[..., None]).squeeze(-1)
+        logits = model(inputs, routed_experts=batch.routed_experts, logits_at=at).logits
+    temperature = batch.temperature.to(inputs.device)[:, None].expand_as(at)[at]
+    logprobs = torch.log_softmax(logits.float() / temperature[:, None], dim=-1)  # [N, V]
+    chosen = logprobs.gather(-1, batch.targets[at][:, None]).squeeze(-1)
     with torch.no_grad():
         entropy = -(logprobs.exp() * logprobs).sum(-1)
-    return chosen, entropy
+    zeros = torch.zeros(at.shape, dtype=chosen.dtype, device=inputs.device)
+    return zeros.masked_scatter(at, chosen), zeros.masked_scatter(at, entropy)
 
 
 @dataclass

@@ -296,7 +296,7 @@ def test_dynamic_sampling_fills_batches_with_signal(tmp_path, config_for):
     assert_exactly_once(records, {f"r/{seq}" for seq in range(8)})
     # The four skipped groups' samples are given back: the budget grows past the formula.
     grants = read_grants(WeightStore(str(run / "store")).store)
-    assert grants["r"] == fleet_budget(2, 10, 2 * 2, 0) + 4 * 2
+    assert grants["r"] == fleet_budget(2, 10, 2 * 2, 0, last_step=2) + 4 * 2
 
 
 def test_without_dynamic_sampling_a_batch_is_the_next_groups(tmp_path, config_for):
@@ -311,7 +311,9 @@ def test_without_dynamic_sampling_a_batch_is_the_next_groups(tmp_path, config_fo
     assert state.skipped_groups == 2 and state.filtered_groups == 0
     assert_exactly_once(records, {f"r/{seq}" for seq in range(4)})
     grants = read_grants(WeightStore(str(run / "store")).store)
-    assert grants["r"] == fleet_budget(2, 10, 2 * 2, 0)  # skipped in the batch: not returned
+    assert grants["r"] == fleet_budget(
+        2, 10, 2 * 2, 0, last_step=2
+    )  # skipped in the batch: not returned
 
 
 def test_dynamic_sampling_steps_on_when_no_group_has_signal(tmp_path, config_for):

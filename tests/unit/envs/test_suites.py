@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
+from fleetrl.config import TasksSection
 from fleetrl.envs.records import TaskError
-from fleetrl.envs.suites import get_task, load_tasks
+from fleetrl.envs.suites import get_task, load_tasks, training_tasks
 
 
 @pytest.fixture(autouse=True)
@@ -33,3 +35,37 @@ def test_get_task_finds_bundled_ids_and_suggests_close_ones() -> None:
     assert get_task("micro-heldout-0007").split == "heldout"
     with pytest.raises(TaskError, match=r"unknown task id 'micro-heldout-07'.*did you mean"):
         get_task("micro-heldout-07")
+
+
+def evaluation(tmp_path: Path, passes: dict[str, int], split: str = "train") -> str:
+    """The JSON `fleetrl eval --split SPLIT --samples 4 --json` writes, these passes in it."""
+    path = tmp_path / "eval.json"
+    doc = {"split": split, "samples_per_task": 4, "task_passes": passes, "pass_at_1": 0.5}
+    path.write_text(json.dumps(doc))
+    return str(path)
+
+
+def test_rl_leaves_out_the_tasks_the_starting_model_solved_in_every_sample(tmp_path: Path):
+    everything = training_tasks(TasksSection(suite="micro"))
+    ids = [task.instance_id for task in everything]
+    passes = {ids[0]: 4, ids[1]: 3, ids[2]: 0, "micro-train-9999": 4}  # the last: not a task
+    source = TasksSection(suite="micro", skip_solved=evaluation(tmp_path, passes))
+    kept = [task.instance_id for task in training_tasks(source)]
+    assert kept == ids[1:]  # only the task passed in all 4 samples is left out
+    assert len(load_tasks(suite="micro", split="train")) == len(ids)  # evaluations keep all
+
+
+def test_a_skip_solved_file_that_cannot_be_used_is_refused_clearly(tmp_path: Path) -> None:
+    def refused(skip_solved: str, match: str) -> None:
+        with pytest.raises(TaskError, match=match):
+            training_tasks(TasksSection(suite="micro", skip_solved=skip_solved))
+
+    refused(str(tmp_path / "missing.json"), "cannot read .*missing.json")
+    (tmp_path / "bad.json").write_text("{")
+    refused(str(tmp_path / "bad.json"), "is not JSON")
+    (tmp_path / "other.json").write_text(json.dumps({"pass_at_1": 0.5}))
+    refused(str(tmp_path / "other.json"), r"not the JSON of `fleetrl eval MODEL --split train")
+    refused(evaluation(tmp_path, {"micro-val-0000": 4}, split="val"), "evaluated split 'val'")
+    refused(evaluation(tmp_path, {"product-train-0000": 4}), "none of the tasks .* another suite")
+    every = {task.instance_id: 4 for task in load_tasks(suite="micro", split="train")}
+    refused(evaluation(tmp_path, every), "solves every task; none left")

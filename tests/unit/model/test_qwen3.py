@@ -119,6 +119,18 @@ def test_routed_experts_shape_and_dense_layers():
     assert model(torch.tensor([[1]])).routed_experts is None
 
 
+def test_logits_at_some_positions_are_those_rows_of_the_full_logits():
+    model = init_model(tiny_config(moe=False), seed=5)
+    ids = torch.randint(0, 300, (2, 7), generator=torch.Generator().manual_seed(2))
+    at = torch.zeros(2, 7, dtype=torch.bool)
+    at[0, 2:5] = at[1, 6] = True
+    with torch.no_grad():
+        full = model(ids).logits
+        some = model(ids, logits_at=at).logits
+    assert some.shape == (4, 300)
+    assert torch.allclose(some, full[at], atol=1e-6)
+
+
 def test_router_replay_reproduces_and_overrides_routing():
     model = init_model(tiny_config(moe=True), seed=4)
     ids = torch.randint(0, 300, (2, 9), generator=torch.Generator().manual_seed(1))

@@ -26,6 +26,10 @@ def beat(name: str, submitted: int = 0, in_flight: int = 0, time: float = 100.0)
 def test_budget_is_the_gate_formula_fleet_wide():
     assert fleet_budget(steps=0, max_staleness=1, batch=96, dropped=0) == 192
     assert fleet_budget(steps=3, max_staleness=0, batch=16, dropped=8) == 72
+    # Near the run's end: one spare batch beyond the last step, no more.
+    assert fleet_budget(steps=9, max_staleness=2, batch=16, dropped=8, last_step=10) == 184
+    assert fleet_budget(steps=9, max_staleness=2, batch=16, dropped=8) == 200
+    assert fleet_budget(steps=7, max_staleness=2, batch=16, dropped=0, last_step=10) == 160
 
 
 def test_free_budget_is_shared_equally_in_whole_groups():

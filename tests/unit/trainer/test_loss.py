@@ -337,6 +337,30 @@ def test_greedy_segments_are_read_at_temperature_one():
     assert ((logprobs - batch.behaviour) * batch.mask).abs().max() < 1e-5
 
 
+@pytest.mark.parametrize("moe", [False, True], ids=["dense", "moe"])
+def test_logprobs_at_the_loss_positions_equal_the_full_vocabulary_readings(moe):
+    model = tiny_model(moe)
+    samples = [TrainSample(make_segment(model, [1, 2, 3], [4, 5]), 1.0),
+               TrainSample(make_segment(model, [6], [7, 8, 9, 10]), -1.0)]  # fmt: skip
+    batch = collate(samples)
+    batch.temperature = torch.tensor([0.7, 1.3])
+    logprobs, entropy = token_logprobs(model, batch)
+    # The reading every position used to get: logits over the whole batch, then masked.
+    logits = model(batch.inputs, routed_experts=batch.routed_experts).logits
+    full = torch.log_softmax(logits / batch.temperature[:, None, None], dim=-1)
+    expected = full.gather(-1, batch.targets[..., None]).squeeze(-1) * batch.mask
+    assert torch.allclose(logprobs, expected, atol=1e-6)
+    assert logprobs[batch.mask == 0].abs().sum() == 0 == entropy[batch.mask == 0].abs().sum()
+    full_entropy = -(full.exp() * full).sum(-1) * batch.mask
+    assert torch.allclose(entropy, full_entropy, atol=1e-5)
+    # The same gradient as the full reading's.
+    weights = list(model.parameters())
+    mine = torch.autograd.grad(logprobs.sum(), weights, allow_unused=True)
+    theirs = torch.autograd.grad(expected.sum(), weights, allow_unused=True)
+    for a, b in zip(mine, theirs, strict=True):
+        assert (a is None and b is None) or torch.allclose(a, b, atol=1e-6)
+
+
 def clip_group(model):
     """Four samples of one prompt, two rewarded: an informative group."""
     return [trajectory(make_segment(model, [1, 2], [5 + s, 6 + s, 7 + s, 8]), float(s < 2))
