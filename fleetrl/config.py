@@ -217,6 +217,10 @@ class EvalSection(_Section):
     """Temperatures swept on `val_split` (0: greedy)."""
     val_samples: int = Field(1, ge=1)
     """Samples per task and temperature in the sweep (greedy always takes one)."""
+    sweep_tasks: int = Field(62, ge=0)
+    """The sweep runs on the first N tasks of `val_split` (0: all): on the bundled suites
+    one instance of each template/bug pair, five temperatures in ~1 min per model on 2
+    cores. The whole split (310) is for choosing settings between runs."""
     samples: int = Field(8, ge=1)
     """Samples per task of `fleetrl eval` on the reported split (pass@8 needs 8)."""
     max_tasks: int = Field(0, ge=0)

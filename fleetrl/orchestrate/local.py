@@ -44,6 +44,7 @@ from fleetrl.rollout.evaluate import (
     evaluate_checkpoint,
     results_key,
     split_tasks,
+    sweep_tasks,
     tasks_digest,
 )
 from fleetrl.store.control import store_url
@@ -172,7 +173,7 @@ def _eval_cache_key(checkpoint: Path, config: RunConfig) -> str:
         "bootstrap-v1",  # the protocol: results of an earlier one are never reused
         config.eval.split,
         tasks_digest(split_tasks(config, config.eval.split)),
-        tasks_digest(split_tasks(config, config.eval.val_split)),
+        tasks_digest(sweep_tasks(config)),
         config.eval.episodes,
         config.eval.max_tasks,
         config.rollout.temperature,

@@ -404,11 +404,18 @@ def _in_session(
         return asyncio.run(main(bar))
 
 
+def sweep_tasks(config: RunConfig) -> list[Task]:
+    """The tasks the temperature is chosen on: the first `eval.sweep_tasks` of the val
+    split (all when 0)."""
+    tasks = split_tasks(config, config.eval.val_split)
+    return tasks[: config.eval.sweep_tasks] if config.eval.sweep_tasks else tasks
+
+
 def _sweep_runs(config: RunConfig, label: str) -> list[_Run]:
     """The temperature sweep on the val split; greedy takes one sample per task, since its
     samples would repeat."""
     split = config.eval.val_split
-    tasks = split_tasks(config, split)
+    tasks = sweep_tasks(config)
     return [
         _Run(tasks, t, 1 if t == 0 else config.eval.val_samples, f"{label}{split} T={t:g}")
         for t in dict.fromkeys(config.eval.temperatures)
@@ -486,7 +493,7 @@ def sweep_cache_path(checkpoint: Path, config: RunConfig) -> Path:
     settings = (
         "sweep-v1",
         config.eval.val_split,
-        tasks_digest(split_tasks(config, config.eval.val_split)),
+        tasks_digest(sweep_tasks(config)),
         config.eval.temperatures,
         config.eval.val_samples,
         config.eval.max_tasks,

@@ -16,7 +16,7 @@ How it is made (`fleetrl.envs.micro.templates` has the templates):
 - Function names are random letters (4-5), unique across the suite; local names random
   letters (1-3). Random letters tokenise into pieces seen in training, unlike unseen English
   words, so names carry no meaning to memorise and none to trip over.
-- Splits, generated in this order: 440 `train`, 310 `heldout`, 62 `val` and 60
+- Splits, generated in this order: 440 `train`, 310 `heldout`, 310 `val` and 60
   `heldout-templates`. Train, held-out and validation share the templates and bug kinds
   but no function: every function name differs, every template integer constant of a
   held-out or validation task is congruent to 3 mod 4 and of a train task is not, and
@@ -31,6 +31,10 @@ How it is made (`fleetrl.envs.micro.templates` has the templates):
   spanned about 18 points around a pass@1 of 0.7, too wide to tell a ten-point gain from
   noise; at 310 it spans about 10. Its tasks 100-309 continue the same draw, after which
   every other split's tasks came out unchanged.
+- Validation is 310 tasks too, so that a choice between two settings a few points apart
+  can be made on it. Its first 62 (one instance of each pair) are the earlier `val`, the
+  rest continue its draw, and every other split came out unchanged; the temperature sweep
+  of every evaluation still runs on those first 62 (`eval.sweep_tasks`).
 - Tests: the correct and the buggy function run in-process on random arguments; the three
   tests are distinct calls, at least one of which the bug changes (FAIL_TO_PASS), the
   others may still pass (PASS_TO_PASS). A call runs at most STEP_LIMIT lines; one where
@@ -67,7 +71,7 @@ from fleetrl.types import Task
 
 MICRO_VERSION = "v2"
 SEED_VERSION = "v1"  # in the splits' seeds: unchanged, so train and heldout stay as in v1
-SPLIT_SIZES = {"train": 440, "heldout": 310, "val": 62, "heldout-templates": 60}  # in order
+SPLIT_SIZES = {"train": 440, "heldout": 310, "val": 310, "heldout-templates": 60}  # in order
 HELDOUT_LETTERS = "dhkpuwz"  # template letters of evaluation tasks; train tasks use the rest
 TESTS_PER_TASK = 3
 STEP_LIMIT = 10_000  # lines one call of a micro function may run; they run under a hundred

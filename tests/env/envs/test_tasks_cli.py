@@ -14,7 +14,7 @@ from tests.unit.envs.test_tasks_cli import _cache, _error, _ok  # noqa: F401  (_
 def test_list_show_and_checkout_a_micro_task(tmp_path: Path) -> None:
     train = json.loads(_ok("list", "--suite", "micro", "--split", "train", "--json"))
     assert len(train) == 440 and train[0] == "micro-train-0000"
-    assert len(_ok("list").splitlines()) == 872
+    assert len(_ok("list").splitlines()) == 1120
     record = json.loads(_ok("show", "micro-heldout-0003", "--json"))
     assert record["split"] == "heldout" and record["patch"] and record["test_patch"]
     assert Path(record["repo"]).is_dir()  # written on demand

@@ -4,6 +4,7 @@ verifier is in tests/env/rollout."""
 import pytest
 
 from fleetrl.config import ConfigError, load_config
+from fleetrl.envs.suites import load_tasks
 from fleetrl.rollout.evaluate import (
     EvalError,
     EvalResult,
@@ -12,6 +13,7 @@ from fleetrl.rollout.evaluate import (
     pass_at_k,
     pick_temperature,
     summarise,
+    sweep_tasks,
     task_rates,
     wilson_interval,
 )
@@ -128,6 +130,15 @@ def test_eval_config_defaults_and_the_val_split_rule():
         load_config(overrides={"eval": {"val_split": "train"}})
     with pytest.raises(ConfigError, match=r"eval\.temperatures"):
         load_config(overrides={"eval": {"temperatures": [-0.5]}})
+
+
+def test_the_temperature_sweep_runs_on_the_first_val_tasks():
+    val = [task.instance_id for task in load_tasks(suite="micro", split="val")]
+    assert len(val) == 310
+    swept = [task.instance_id for task in sweep_tasks(load_config())]
+    assert swept == val[:62]  # one instance of each template/bug pair
+    everything = load_config(overrides={"eval": {"sweep_tasks": 0}})
+    assert [task.instance_id for task in sweep_tasks(everything)] == val
 
 
 def test_fleetrl_eval_refuses_to_choose_the_temperature_on_the_reported_split():

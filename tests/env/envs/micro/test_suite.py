@@ -16,7 +16,7 @@ from fleetrl.types import Task
 def test_every_task_patches_and_tests_check_out_in_process(
     suite: list[Task], tmp_path: Path
 ) -> None:
-    """All 872 tasks at once: one `git apply` of every gold patch and test patch over the
+    """All 1,120 tasks at once: one `git apply` of every gold patch and test patch over the
     buggy modules, then each test file executed in-process before and after the fix."""
     specs = micro._spec_by_id()
     for task in suite:

@@ -139,9 +139,9 @@ def test_verify_cli_json(task, workspace):
     assert missing.exit_code == 2 and "unknown task id" in missing.output
 
 
-# Gold patches of the micro suite grade 1 under the real verifier: every third task (291, all
-# four splits and every bug kind; 31 s in CI on 2 cores: slow), and for the quick loop
-# every 27th (33). slice(None) grades all 872 (three times as long); the static checks of
+# Gold patches of the micro suite grade 1 under the real verifier: every third task (373, all
+# four splits and every bug kind; about 40 s in CI on 2 cores: slow), and for the quick loop
+# every 27th (42). slice(None) grades all 1,120 (three times as long); the static checks of
 # every gold patch run in test_anticheat_gold.py.
 @pytest.mark.parametrize(
     "which",

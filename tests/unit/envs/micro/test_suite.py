@@ -24,10 +24,12 @@ from fleetrl.types import Task
 # every number measured on it: when this fails after an intended change, update this value,
 # and bump micro.MICRO_VERSION too if an existing task's record changed (its cached
 # repository would be stale); new tasks alone need no bump.
-SUITE_DIGEST = "56d21ac5688b09c5b03c2e696bcd50e1f5048b95f2989f4c94929fbd22330d45"
+SUITE_DIGEST = "cf36ba756025fbe02463d3dbc005e08dc8c4eae0517b6269c28ac64f2a4795ff"
 V1_DIGEST = "9d5644576f05e8a3915bc561fabf2c463426e1fe7af787341af9beaa42b1f6d0"  # train + heldout
 # val + heldout-templates, as before held-out grew to 310
 V2_DIGEST = "82f55bb949431cb5782cf993eb2e07cb593d7eba42046b56cbfd54c03806627d"
+# held-out at 310 tasks, as before val grew to 310
+HELDOUT_DIGEST = "0bbb37c6780d05ace61476ddbbe12b689d4d09dc9fc2a799baecf941eca41326"
 
 
 @pytest.fixture(autouse=True)
@@ -51,7 +53,7 @@ def _digest(tasks: list[Task]) -> str:
 
 def test_sizes_kinds_and_templates(suite: list[Task]) -> None:
     splits = Counter(task.split for task in suite)
-    assert splits == {"train": 440, "heldout": 310, "val": 62, "heldout-templates": 60}
+    assert splits == {"train": 440, "heldout": 310, "val": 310, "heldout-templates": 60}
     assert len({task.instance_id for task in suite}) == len(suite) >= 500
     assert len(TEMPLATES) >= 15 and len(UNSEEN_TEMPLATES) >= 5
     assert {task.kind for task in suite} == set(KINDS) - {"feature_deletion"}
@@ -61,13 +63,18 @@ def test_sizes_kinds_and_templates(suite: list[Task]) -> None:
         assert {(t.origin, t.kind) for t in suite if t.split == split} == pairs
 
 
-def test_growing_heldout_kept_every_earlier_task(suite: list[Task]) -> None:
+def test_growing_splits_kept_every_earlier_task(suite: list[Task]) -> None:
     # The shipped base model was trained on v1's train split: adding splits kept it and v1's
-    # 100 held-out tasks; growing held-out to 310 kept those and val and heldout-templates.
+    # 100 held-out tasks; growing held-out to 310 kept those and val and heldout-templates;
+    # growing val to 310 kept its first 62 (the temperature sweep's) and everything else.
     heldout = [t for t in suite if t.split == "heldout"]
+    val = [t for t in suite if t.split == "val"]
+    unseen = [t for t in suite if t.split == "heldout-templates"]
     assert _digest([t for t in suite if t.split == "train"] + heldout[:100]) == V1_DIGEST
-    assert _digest([t for t in suite if t.split in ("val", "heldout-templates")]) == V2_DIGEST
-    assert all(t.instance_id == f"micro-heldout-{i:04d}" for i, t in enumerate(heldout))
+    assert _digest(val[:62] + unseen) == V2_DIGEST
+    assert _digest(heldout) == HELDOUT_DIGEST
+    for split, tasks in (("heldout", heldout), ("val", val)):
+        assert all(t.instance_id == f"micro-{split}-{i:04d}" for i, t in enumerate(tasks))
 
 
 def test_splits_share_no_function_constant_letter_or_unseen_template(suite: list[Task]) -> None:
