@@ -41,7 +41,8 @@ class TasksSection(_Section):
     """An evaluation of the starting model on `split` (the JSON of `fleetrl eval MODEL
     --split train --samples K --json`): RL does not draw the tasks it passed in all K
     samples, whose groups would all pass and carry no signal (offline difficulty
-    filtering). SFT and evaluations are not affected."""
+    filtering). SFT and evaluations are not affected. Relative in a config file: to the
+    file's folder."""
 
 
 class HarnessSection(_Section):
@@ -378,15 +379,23 @@ def load_config(path: Path | None = None, overrides: dict[str, Any] | None = Non
         return parse_config("", "defaults", overrides)
     if not path.is_file():
         raise ConfigError(f"config file {path} does not exist")
-    return parse_config(path.read_text(), str(path), overrides)
+    return parse_config(path.read_text(), str(path), overrides, folder=path.parent)
 
 
-def parse_config(text: str, where: str, overrides: dict[str, Any] | None = None) -> RunConfig:
-    """The run config of TOML `text` (read from `where`, for messages), with `overrides`."""
+def parse_config(
+    text: str, where: str, overrides: dict[str, Any] | None = None, folder: Path | None = None
+) -> RunConfig:
+    """The run config of TOML `text` (read from `where`, for messages), with `overrides`.
+    A relative `tasks.skip_solved` in the text is relative to `folder` (the file's), so a
+    shipped configuration finds its own files from any directory; overrides stay relative
+    to the working directory."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"{where}: invalid TOML: {err}") from None
+    tasks = data.get("tasks")
+    if folder is not None and isinstance(tasks, dict) and isinstance(tasks.get("skip_solved"), str):
+        tasks["skip_solved"] = str((folder / tasks["skip_solved"]).resolve())
     _merge(data, overrides or {})
     try:
         return RunConfig.model_validate(data)

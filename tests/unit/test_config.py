@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from fleetrl.config import ConfigError, dump_config, load_config, parse_overrides, with_overrides
-from fleetrl.envs.suites import load_tasks
+from fleetrl.envs.suites import load_tasks, training_tasks
 from fleetrl.model.checkpoint import resolve_checkpoint
 
 
@@ -104,3 +104,14 @@ def test_the_demo_configuration_names_shipped_parts():
     }
     assert load_tasks(suite=config.tasks.suite, split=config.tasks.split)
     assert config.rollout.guide_failed_groups and config.rollout.guide_recovery
+    assert len(training_tasks(config.tasks)) == 277  # 163 solved by base-slip left out
+
+
+def test_a_config_files_skip_solved_is_relative_to_the_file(tmp_path, monkeypatch):
+    (tmp_path / "conf").mkdir()
+    path = tmp_path / "conf" / "run.toml"
+    path.write_text('[tasks]\nskip_solved = "solved.json"\n')
+    monkeypatch.chdir(tmp_path)
+    assert load_config(path).tasks.skip_solved == str(tmp_path / "conf" / "solved.json")
+    given = load_config(path, {"tasks": {"skip_solved": "mine.json"}}).tasks.skip_solved
+    assert given == "mine.json"  # a command-line override: relative to where it was typed
