@@ -121,15 +121,16 @@ def solved_tasks(path: Path, split: str) -> set[str]:
     except json.JSONDecodeError:
         raise TaskError(f"tasks.skip_solved: {path} is not JSON") from None
     made_by = f"`fleetrl eval MODEL --split {split} --samples 4 --json`"
-    if not isinstance(document, dict) or "task_passes" not in document:
+    passes = document.get("task_passes") if isinstance(document, dict) else None
+    samples = document.get("samples_per_task") if isinstance(document, dict) else None
+    if not isinstance(passes, dict) or not isinstance(samples, int) or samples < 1:
         raise TaskError(f"tasks.skip_solved: {path} is not the JSON of {made_by}")
     if document.get("split") != split:
         raise TaskError(
             f"tasks.skip_solved: {path} evaluated split {document.get('split')!r}, "
             f"not the {split!r} that RL draws from; make it with {made_by}"
         )
-    samples = document["samples_per_task"]
-    return {task for task, passes in document["task_passes"].items() if passes >= samples}
+    return {task for task, passed in passes.items() if passed >= samples}
 
 
 def get_task(instance_id: str, suite: str | None = None, tasks_dir: Path | None = None) -> Task:

@@ -63,8 +63,9 @@ def test_a_skip_solved_file_that_cannot_be_used_is_refused_clearly(tmp_path: Pat
     refused(str(tmp_path / "missing.json"), "cannot read .*missing.json")
     (tmp_path / "bad.json").write_text("{")
     refused(str(tmp_path / "bad.json"), "is not JSON")
-    (tmp_path / "other.json").write_text(json.dumps({"pass_at_1": 0.5}))
-    refused(str(tmp_path / "other.json"), r"not the JSON of `fleetrl eval MODEL --split train")
+    for other in ({"pass_at_1": 0.5}, {"split": "train", "task_passes": {}}, [1, 2]):
+        (tmp_path / "other.json").write_text(json.dumps(other))
+        refused(str(tmp_path / "other.json"), r"not the JSON of `fleetrl eval MODEL --split train")
     refused(evaluation(tmp_path, {"micro-val-0000": 4}, split="val"), "evaluated split 'val'")
     refused(evaluation(tmp_path, {"product-train-0000": 4}), "none of the tasks .* another suite")
     every = {task.instance_id: 4 for task in load_tasks(suite="micro", split="train")}
