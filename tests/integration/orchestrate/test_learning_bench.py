@@ -104,7 +104,7 @@ def test_sft_more_continues_on_the_tasks_the_base_was_demonstrated(tmp_path):
     rl_tasks = RunConfig.model_validate({"tasks": {"tasks_dir": str(tmp_path)}})
     recorded = {"suite": "micro", "split": "train", "tasks_dir": None}
     demonstrated = demonstrated_tasks({"about": {"tasks_source": recorded}}, rl_tasks)
-    assert demonstrated.model_dump() == recorded
+    assert demonstrated.model_dump() == recorded | {"skip_solved": None}
     # An sft.json that predates the record: the run's tasks, as before.
     older = demonstrated_tasks({"about": {"tasks": 440}}, rl_tasks)
     assert older.tasks_dir == str(tmp_path)
@@ -181,7 +181,8 @@ def test_bench_learning_runs_rl_and_sft_more_for_the_same_wall_time(tmp_path, ti
     assert budget["rl_wall_s"] <= budget["sft_more_wall_s"] <= budget["rl_wall_s"] + 5.0
     assert 0 < budget["rl_wall_s"] < budget["rl_run_s"]  # W ends at the final weights
     assert budget["sft_more_batch_size"] == TINY_SFT["batch_size"]
-    assert budget["sft_more_tasks"] == {"suite": "micro", "split": "train", "tasks_dir": None}
+    expected = {"suite": "micro", "split": "train", "tasks_dir": None, "skip_solved": None}
+    assert budget["sft_more_tasks"] == expected
     assert figures["sft_curve"]["val_losses"][0][0] == 0  # the base's validation curve
     assert len(figures["sft_curve"]["losses"]) >= 1
     assert isinstance(figures["goals"]["all_met"], bool)

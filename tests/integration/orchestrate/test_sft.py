@@ -32,7 +32,8 @@ def test_sft_trains_a_tiny_model_and_flags_override_the_config_file(tmp_path):
     assert (state["config"]["batch_size"], state["config"]["copies"]) == (2, 1)  # the file
     assert state["result"]["steps"] == 2 and state["about"]["tasks"] == 1
     # where the demonstrations came from, for SFT-more (`fleetrl bench learning`)
-    assert state["about"]["tasks_source"] == {"suite": "micro", "split": "train", "tasks_dir": None}
+    expected = {"suite": "micro", "split": "train", "tasks_dir": None, "skip_solved": None}
+    assert state["about"]["tasks_source"] == expected
     # the validation loss on the first validation task, before the first step and at the end
     assert state["about"]["val_tasks"] == 1
     assert [step for step, _ in state["result"]["val_losses"]] == [0, 2]
