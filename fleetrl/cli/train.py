@@ -50,15 +50,16 @@ def train(
     if not (resolve_checkpoint(config.model.path) / "config.json").is_file():
         raise fail(f"model.path {config.model.path!r} is not a checkpoint directory")
     from fleetrl.envs.records import TaskError
-    from fleetrl.envs.suites import configured_tasks, training_tasks
+    from fleetrl.envs.suites import configured_tasks, without_solved
 
+    split = config.tasks.split
     try:
-        drawn = len(training_tasks(config.tasks))
+        tasks = configured_tasks(config.tasks, split)
+        drawn = len(without_solved(tasks, config.tasks))
     except TaskError as err:
         raise fail(str(err)) from None
     if config.tasks.skip_solved is not None:
-        split = config.tasks.split
-        total = len(configured_tasks(config.tasks, split))
+        total = len(tasks)
         typer.echo(
             f"RL draws from {drawn} of the {total} {split!r} tasks: the other {total - drawn} "
             f"were solved in every sample of {config.tasks.skip_solved} (tasks.skip_solved)"

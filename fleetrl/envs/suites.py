@@ -96,7 +96,12 @@ def configured_tasks(source: TasksSection, split: str) -> list[Task]:
 def training_tasks(source: TasksSection) -> list[Task]:
     """The tasks RL draws groups from: the configured `split`, less those the evaluation
     `source.skip_solved` names as solved in every sample."""
-    tasks = configured_tasks(source, source.split)
+    return without_solved(configured_tasks(source, source.split), source)
+
+
+def without_solved(tasks: list[Task], source: TasksSection) -> list[Task]:
+    """`tasks` (the configured split's) less those `source.skip_solved` names as solved in
+    every sample; all of them when it is unset."""
     if source.skip_solved is None:
         return tasks
     solved = solved_tasks(Path(source.skip_solved), source.split)
