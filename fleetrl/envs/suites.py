@@ -126,8 +126,9 @@ def solved_tasks(path: Path, split: str) -> set[str]:
     except json.JSONDecodeError:
         raise TaskError(f"tasks.skip_solved: {path} is not JSON") from None
     made_by = f"`fleetrl eval MODEL --split {split} --samples 4 --json`"
-    passes = document.get("task_passes") if isinstance(document, dict) else None
-    samples = document.get("samples_per_task") if isinstance(document, dict) else None
+    if not isinstance(document, dict):
+        document = {}
+    passes, samples = document.get("task_passes"), document.get("samples_per_task")
     if not isinstance(passes, dict) or not isinstance(samples, int) or samples < 1:
         raise TaskError(f"tasks.skip_solved: {path} is not the JSON of {made_by}")
     if document.get("split") != split:
