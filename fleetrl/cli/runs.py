@@ -47,6 +47,13 @@ def run_create(
 
     if not (resolve_checkpoint(config.model.path) / "config.json").is_file():
         raise fail(f"model.path {config.model.path!r} is not a checkpoint directory")
+    from fleetrl.envs.records import TaskError
+    from fleetrl.envs.suites import training_tasks
+
+    try:
+        training_tasks(config.tasks)
+    except TaskError as err:
+        raise fail(str(err)) from None
     try:
         create_run(config, store)
     except (RunExists, OSError) as err:

@@ -1,6 +1,7 @@
 """A run that lives in its object store: created once, joined by any process from its URL.
 
     fleetrl run create CONFIG --store URL ─▶ run/config.toml, run/base/, run/tasks.tar,
+                                             run/skip_solved.json,
                                              weights/v00000000 (the base weights)
     fleetrl trainer --store URL           ─▶ open_run: config + base checkpoint + tasks,
     fleetrl region --store URL --name N      materialised in the process's own work folder
@@ -21,7 +22,9 @@ from fleetrl.store.objectstore import open_store
 from fleetrl.store.run import (
     BASE_PREFIX,
     CONFIG_KEY,
+    SKIP_SOLVED_KEY,
     TASKS_KEY,
+    download_file,
     download_folder,
     pack_folder,
     read_config_text,
@@ -37,8 +40,9 @@ class RunExists(ValueError):
 
 def create_run(config: RunConfig, url: str) -> None:
     """Write everything a run needs into the store at `url`: the base checkpoint, the task
-    folder (if any), the base weights as version 0, then the resolved config (last: the run
-    exists once it is there). Refuses a store that already holds a run."""
+    folder and the `tasks.skip_solved` evaluation (if any), the base weights as version 0,
+    then the resolved config (last: the run exists once it is there). Refuses a store that
+    already holds a run."""
     store = open_store(url)
     if store.exists(CONFIG_KEY):
         raise RunExists(f"{url} already holds a run ({CONFIG_KEY})")
@@ -46,6 +50,8 @@ def create_run(config: RunConfig, url: str) -> None:
     upload_folder(store, base, BASE_PREFIX)
     if config.tasks.tasks_dir:
         store.put(TASKS_KEY, pack_folder(Path(config.tasks.tasks_dir)))
+    if config.tasks.skip_solved:
+        store.put(SKIP_SOLVED_KEY, Path(config.tasks.skip_solved).read_bytes())
     options = WeightStoreOptions(
         full_every=config.store.full_every, publish_dtype=config.store.publish_dtype
     )
@@ -56,8 +62,9 @@ def create_run(config: RunConfig, url: str) -> None:
 
 
 def open_run(url: str, workdir: Path) -> RunConfig:
-    """The run's configuration, its base checkpoint and task folder copied under `workdir`
-    (the returned config points at those copies, and at the store by `url`)."""
+    """The run's configuration, its base checkpoint, task folder and `tasks.skip_solved`
+    evaluation copied under `workdir` (the returned config points at those copies, and at
+    the store by `url`)."""
     store = open_store(url)
     config = parse_config(read_config_text(store), f"{url}/{CONFIG_KEY}")
     overrides: dict = {"store": {"url": url}}
@@ -65,4 +72,7 @@ def open_run(url: str, workdir: Path) -> RunConfig:
     if store.exists(TASKS_KEY):
         tasks = unpack_folder(store.get(TASKS_KEY), workdir / "tasks")
         overrides["tasks"] = {"tasks_dir": str(tasks)}
+    if store.exists(SKIP_SOLVED_KEY):
+        solved = download_file(store, SKIP_SOLVED_KEY, workdir / "skip_solved.json")
+        overrides.setdefault("tasks", {})["skip_solved"] = str(solved)
     return with_overrides(config, overrides)

@@ -7,6 +7,8 @@ region starts from the store URL alone, on any machine:
                          model shape and tokenizer (their weights then follow weights/)
     run/tasks.tar        the task folder (`tasks.tasks_dir`), when the run uses one;
                          bundled suites (`tasks.suite`) ship with fleetrl itself
+    run/skip_solved.json the evaluation `tasks.skip_solved` names, when set, so that
+                         every region leaves out the same tasks
 
 The config is written last, so a run exists once `run/config.toml` does. A download goes to
 a temporary folder renamed into place, so a reader never uses half a copy.
@@ -26,6 +28,7 @@ from fleetrl.store.objectstore import ObjectNotFound, ObjectStore
 CONFIG_KEY = "run/config.toml"
 BASE_PREFIX = "run/base/"
 TASKS_KEY = "run/tasks.tar"
+SKIP_SOLVED_KEY = "run/skip_solved.json"
 
 
 class RunNotFound(LookupError):
@@ -54,6 +57,18 @@ def download_folder(store: ObjectStore, prefix: str, dest: Path) -> Path:
     for key in keys:
         (partial / key[len(prefix) :]).write_bytes(store.get(key))
     _rename_into_place(partial, dest)
+    return dest
+
+
+def download_file(store: ObjectStore, key: str, dest: Path) -> Path:
+    """Object `key` as file `dest` (kept if already there)."""
+    if dest.is_file():
+        return dest
+    data = store.get(key)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    partial = dest.with_name(f"{dest.name}.tmp-{uuid.uuid4().hex[:8]}")
+    partial.write_bytes(data)
+    os.replace(partial, dest)
     return dest
 
 

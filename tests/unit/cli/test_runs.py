@@ -1,4 +1,4 @@
-"""`fleetrl report`: the HTML report of a run directory, and a clean refusal."""
+"""`fleetrl report` and `fleetrl run create`: what they write, and clean refusals."""
 
 from typer.testing import CliRunner
 
@@ -17,3 +17,12 @@ def test_report_writes_html_and_refuses_missing_dirs(tmp_path):
     assert (tmp_path / "report.html").read_text().startswith("<!DOCTYPE html>")
     missing = runner.invoke(app, ["report", str(tmp_path / "nope")])
     assert missing.exit_code == 2 and "not a directory" in missing.output
+
+
+def test_run_create_refuses_a_skip_solved_file_it_cannot_read(tmp_path):
+    missing = tmp_path / "eval.json"
+    store = tmp_path / "store"
+    args = ["run", "create", "--store", str(store), "--set", f"tasks.skip_solved={missing}"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2 and f"tasks.skip_solved: cannot read {missing}" in result.output
+    assert not (store / "run" / "config.toml").exists()
