@@ -7,6 +7,10 @@ tests/env (or tests/integration when it trains or serves).
 The guard is module-scoped so that it also covers module-scoped fixtures (a fixture that
 generates tasks with pytest in subprocesses is caught like a test); it is undone when the
 module ends, so the other tiers of the same run are untouched.
+
+matplotlib (the run report's charts) asks `fc-list` for the system fonts the first time it
+is imported on a machine; that happens before the guard, so a fresh machine's first report
+test is not refused for the library's own setup.
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ def _refuse(what: str):
 
 @pytest.fixture(scope="module", autouse=True)
 def _no_processes_or_servers() -> Iterator[None]:
+    import matplotlib.font_manager  # noqa: F401  (its font cache, built once per machine)
+
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(subprocess.Popen, "__init__", _refuse("starting a process"))
         for name in ("fork", "forkpty", "posix_spawn", "posix_spawnp", "system"):
