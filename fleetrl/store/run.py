@@ -23,7 +23,6 @@ import tarfile
 import uuid
 from pathlib import Path
 
-from fleetrl.envs.cache import write_whole
 from fleetrl.store.objectstore import ObjectNotFound, ObjectStore
 
 CONFIG_KEY = "run/config.toml"
@@ -65,7 +64,11 @@ def download_file(store: ObjectStore, key: str, dest: Path) -> Path:
     """Object `key` as file `dest` (kept if already there)."""
     if dest.is_file():
         return dest
-    write_whole(dest, store.get(key))
+    data = store.get(key)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    partial = dest.with_name(f"{dest.name}.tmp-{uuid.uuid4().hex[:8]}")
+    partial.write_bytes(data)
+    os.replace(partial, dest)
     return dest
 
 
