@@ -36,7 +36,8 @@ class TasksSection(_Section):
     split: str = "train"
     """Split of the suite (or of the task folder) to train on."""
     tasks_dir: str | None = None
-    """A task folder written by `fleetrl tasks make`, instead of a bundled suite."""
+    """A task folder written by `fleetrl tasks make`, instead of a bundled suite. Relative
+    in a config file: to the file's folder."""
     skip_solved: str | None = None
     """An evaluation of the starting model on `split` (the JSON of `fleetrl eval MODEL
     --split train --samples K --json`): RL does not draw the tasks it passed in all K
@@ -386,16 +387,17 @@ def parse_config(
     text: str, where: str, overrides: dict[str, Any] | None = None, folder: Path | None = None
 ) -> RunConfig:
     """The run config of TOML `text` (read from `where`, for messages), with `overrides`.
-    A relative `tasks.skip_solved` in the text is relative to `folder` (the file's), so a
-    shipped configuration finds its own files from any directory; overrides stay relative
-    to the working directory."""
+    A relative `tasks.tasks_dir` or `tasks.skip_solved` in the text is relative to `folder`
+    (the file's), so a configuration finds its own files from any directory; overrides
+    stay relative to the working directory."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"{where}: invalid TOML: {err}") from None
     tasks = data.get("tasks")
-    if folder is not None and isinstance(tasks, dict) and isinstance(tasks.get("skip_solved"), str):
-        tasks["skip_solved"] = str((folder / tasks["skip_solved"]).resolve())
+    for key in ("tasks_dir", "skip_solved"):
+        if folder is not None and isinstance(tasks, dict) and isinstance(tasks.get(key), str):
+            tasks[key] = str((folder / tasks[key]).resolve())
     _merge(data, overrides or {})
     try:
         return RunConfig.model_validate(data)

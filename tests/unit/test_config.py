@@ -107,11 +107,15 @@ def test_the_demo_configuration_names_shipped_parts():
     assert len(training_tasks(config.tasks)) == 277  # 163 solved by base-slip left out
 
 
-def test_a_config_files_skip_solved_is_relative_to_the_file(tmp_path, monkeypatch):
+def test_a_config_files_paths_are_relative_to_the_file(tmp_path, monkeypatch):
     (tmp_path / "conf").mkdir()
     path = tmp_path / "conf" / "run.toml"
-    path.write_text('[tasks]\nskip_solved = "solved.json"\n')
+    path.write_text('[tasks]\nskip_solved = "solved.json"\ntasks_dir = "../tasks"\n')
+    monkeypatch.chdir(tmp_path / "conf")
+    config = load_config(path)
     monkeypatch.chdir(tmp_path)
-    assert load_config(path).tasks.skip_solved == str(tmp_path / "conf" / "solved.json")
+    assert config.tasks.skip_solved == str(tmp_path / "conf" / "solved.json")
+    assert config.tasks.tasks_dir == str(tmp_path / "tasks")
+    assert load_config(path).tasks.tasks_dir == str(tmp_path / "tasks")  # from anywhere
     given = load_config(path, {"tasks": {"skip_solved": "mine.json"}}).tasks.skip_solved
     assert given == "mine.json"  # a command-line override: relative to where it was typed
