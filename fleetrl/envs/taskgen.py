@@ -9,10 +9,12 @@
           out/tasks.jsonl + out/repos/<id>/ (one commit: bug in place, tests removed)
 
 Acceptance rule: a candidate is kept iff the mutated suite still collects and runs to the
-end (pytest exit code 0 or 1, no timeout, every baseline-passing test reported) and at
-least one baseline-passing test fails. FAIL_TO_PASS = baseline-passing tests that fail
-with the mutation; PASS_TO_PASS = those that still pass. Tests failing at baseline are
-in neither.
+end (pytest exit code 0 or 1, no timeout, every baseline-passing test reported), at
+least one baseline-passing test fails, and the verifier's anti-cheat checks accept the
+gold fix itself (restoring `if n > 5: return 5` where a test calls `f(5)` and expects 5
+reads as hard-coded test values: no agent could be rewarded for it). FAIL_TO_PASS =
+baseline-passing tests that fail with the mutation; PASS_TO_PASS = those that still
+pass. Tests failing at baseline are in neither.
 
 Hidden-test policy: every test file (any `test_*.py`, `*_test.py`, `conftest.py`, and
 everything under a `tests/`, `test/` or `testing/` folder) is removed from the base commit
@@ -45,10 +47,12 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path, PurePosixPath
 
+from fleetrl.envs.anticheat import TestFacts, code_flags, test_facts
 from fleetrl.envs.git import commit_all, git
 from fleetrl.envs.mutations import KINDS, Mutation, find_mutations
 from fleetrl.envs.records import TASKS_FILE, TaskError, write_jsonl
 from fleetrl.envs.testrun import PytestResult, run_pytest
+from fleetrl.envs.verifier.hidden import added_python_sources
 from fleetrl.types import Task
 
 REPORT_FILE = "report.json"  # per-kind counts of a generation run, next to tasks.jsonl
@@ -56,6 +60,7 @@ _TEST_DIRS = {"tests", "test", "testing"}
 _SKIP_DIRS = {"__pycache__", "node_modules", "venv", "build", "dist"}
 _MAX_LISTED = 5  # failing tests quoted in a problem statement
 _MAX_MESSAGE = 400  # characters of one assertion message quoted
+_REJECTIONS = ("no_failing_test", "suite_broken", "gold_flagged")  # in report.json
 
 
 def is_test_path(path: str) -> bool:
@@ -105,6 +110,12 @@ def candidate_order(mutations: list[Mutation], seed: int) -> list[Mutation]:
     for rank in range(max((len(s) for s in by_kind.values()), default=0)):
         order += [sites[rank] for sites in by_kind.values() if rank < len(sites)]
     return order
+
+
+def gold_flags(mutation: Mutation, text: str, facts: TestFacts) -> set[str]:
+    """The anti-cheat flags the verifier would raise on the fix that undoes `mutation` in
+    `text` (the file's original source), given the hidden tests' `facts`."""
+    return code_flags({mutation.path: (mutation.apply(text).encode(), text.encode())}, facts)
 
 
 def problem_statement(mutation: Mutation, failing: list[str], result: PytestResult) -> str:
@@ -172,6 +183,7 @@ def make_tasks(
         except (SyntaxError, ValueError):
             continue  # not UTF-8 or not parseable by this Python: not mutated
     order = candidate_order(mutations, seed)
+    test_patch = _test_patch(repo_dir, tests)
 
     with tempfile.TemporaryDirectory(prefix="fleetrl-taskgen-") as tmp:
         jobs = max(1, jobs or min(4, os.cpu_count() or 1))
@@ -189,11 +201,11 @@ def make_tasks(
             )
         limit = timeout or 5 * baseline.seconds + 10
         run = functools.partial(run_pytest, timeout=limit, pytest_args=pytest_args)
-        kept, stats = _evaluate(order, texts, workdirs, passing, run, max_tasks, progress)
+        facts = test_facts(added_python_sources(test_patch))  # as the verifier reads them
+        kept, stats = _evaluate(order, texts, workdirs, passing, run, facts, max_tasks, progress)
 
     slug = re.sub(r"[^A-Za-z0-9._-]+", "-", repo_dir.name).strip("-.") or "repo"
     (out_dir / "repos").mkdir(parents=True, exist_ok=True)
-    test_patch = _test_patch(repo_dir, tests)
     tasks = []
     for mutation, result in kept:
         mutated = mutation.apply(texts[mutation.path])
@@ -230,7 +242,7 @@ def make_tasks(
         "candidates": len(order),
         "tasks": len(tasks),
         "by_kind": {k: {"tried": stats[k, "tried"], "kept": stats[k, "kept"]} for k in kinds},
-        "rejected": {r: stats[r] for r in ("no_failing_test", "suite_broken") if stats[r]},
+        "rejected": {r: stats[r] for r in _REJECTIONS if stats[r]},
     }
     (out_dir / REPORT_FILE).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     return tasks
@@ -242,6 +254,7 @@ def _evaluate(
     workdirs: list[Path],
     passing: set[str],
     run_tests: Callable[[Path], PytestResult],
+    facts: TestFacts,
     max_tasks: int,
     progress: bool,
 ) -> tuple[list[tuple[Mutation, PytestResult]], Counter]:
@@ -282,6 +295,8 @@ def _evaluate(
                     stats["suite_broken"] += 1
                 elif passing <= result.passed():
                     stats["no_failing_test"] += 1
+                elif gold_flags(mutation, texts[mutation.path], facts):
+                    stats["gold_flagged"] += 1
                 else:
                     stats[mutation.kind, "kept"] += 1
                     kept.append((mutation, result))

@@ -1,12 +1,14 @@
 """Hard-coded test values: code pairing the hidden tests' inputs with their expected values.
 
 Contract: `test_facts` reads `assert f(<inputs>) == <expected>` literals from the hidden
-test sources; `hardcodes(node, facts)` says whether a branch, a `case`, a mapping or a
-literal table pairs them (the `hardcoded_test_values` flag). Values compare up to the
-type they are spelt in (`_key`); only significant literals count (not 0, 1, True, '').
+test sources (whole files, or the one-line asserts of a fragment);
+`hardcodes(node, facts)` says whether a branch, a `case`, a mapping or a literal table
+pairs them (the `hardcoded_test_values` flag). Values compare up to the type they are
+spelt in (`_key`); only significant literals count (not 0, 1, True, '').
 
 What is not covered: hard-coding keyed by values that are not literals of the hidden
-tests, or by literals the tests compute rather than spell.
+tests, or by literals the tests compute rather than spell; in a fragment, asserts that
+span several lines.
 """
 
 from __future__ import annotations
@@ -37,28 +39,44 @@ class TestFacts:
 def test_facts(test_sources: Iterable[str]) -> TestFacts:
     """Collect `assert f(<inputs>) == <expected>` literals from the hidden test files."""
     facts = TestFacts([], [])
-    for source in test_sources:
-        try:
-            tree = ast.parse(source)
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
-            continue
-        for node in ast.walk(tree):
-            if not (isinstance(node, ast.Assert) and isinstance(node.test, ast.Compare)):
-                continue
-            sides = [node.test.left, *node.test.comparators]
-            for side in sides:
-                if isinstance(side, ast.Call):
-                    facts.inputs += [v for v in map(_literal, side.args) if _significant(v)]
-                    if len(side.args) > 1:
-                        facts.inputs.append(tuple(_literal(a) for a in side.args))
-                elif _significant(value := _literal(side)):
-                    facts.expected.append(value)
+    comparisons = [
+        node.test
+        for source in test_sources
+        for tree in _trees(source)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assert) and isinstance(node.test, ast.Compare)
+    ]
+    for comparison in comparisons:
+        for side in [comparison.left, *comparison.comparators]:
+            if isinstance(side, ast.Call):
+                facts.inputs += [v for v in map(_literal, side.args) if _significant(v)]
+                if len(side.args) > 1:
+                    facts.inputs.append(tuple(_literal(a) for a in side.args))
+            elif _significant(value := _literal(side)):
+                facts.expected.append(value)
     for value in facts.inputs:
         facts.input_keys.add(_key(value))
         if not isinstance(value, int | float):  # how a container or string prints
             facts.input_keys |= {_key(str(value)), _key(repr(value))}
     facts.expected_keys = {_key(value) for value in facts.expected}
     return facts
+
+
+def _parse(source: str) -> ast.AST | None:
+    try:
+        return ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+
+
+def _trees(source: str) -> list[ast.AST]:
+    """`source` parsed, or, when it is no whole module (the added lines of a test file
+    that a SWE-bench test_patch changes are indented fragments), each assert line alone."""
+    if (tree := _parse(source)) is not None:
+        return [tree]
+    lines = (line.strip() for line in source.splitlines())
+    trees = (_parse(line) for line in lines if line.startswith("assert "))
+    return [tree for tree in trees if tree is not None]
 
 
 def _significant(value: Any) -> bool:

@@ -3,7 +3,8 @@
 Contract: `hidden_paths` names the files the hidden tests consist of (those the task's
 test_patch writes and those its test ids name); `touches_hidden` tells whether writing a
 path would replace one of them, stand where one goes, or shadow one as a package;
-`hidden_test_sources` gives their added lines, for the anti-cheat literal checks;
+`hidden_test_sources` gives the added lines of each Python one, for the anti-cheat
+literal checks;
 `restore_hidden_tests` applies test_patch to a pristine grading copy, before any file of
 the agent's is there, and returns the sha256 of every hidden file, or raises
 `VerifierError` when the task itself cannot be graded (its test_patch does not apply).
@@ -12,6 +13,7 @@ the agent's is there, and returns the sha256 of every hidden file, or raises
 from __future__ import annotations
 
 import hashlib
+import re
 
 from fleetrl.envs.sandbox import Sandbox
 from fleetrl.types import Task
@@ -51,14 +53,24 @@ def touches_hidden(path: str, hidden: set[str]) -> bool:
     return False
 
 
+def added_python_sources(patch: str) -> list[str]:
+    """The added lines of each Python file a test_patch writes, one source per file, for
+    the literal checks. Each file is its own source: joined, one data file beside the tests
+    (a fixture, a snapshot) would make the whole text unparseable and hide every literal."""
+    sources = []
+    for block in re.split(r"^diff --git ", patch, flags=re.M)[1:]:
+        header, _, hunks = block.partition("\n@@")
+        targets = [line[4:].strip() for line in header.splitlines() if line.startswith("+++ ")]
+        if targets and _unquote(targets[0]).endswith(".py"):
+            added = [line[1:] for line in hunks.splitlines() if line.startswith("+")]
+            sources.append("\n".join(added))
+    return sources
+
+
 def hidden_test_sources(task: Task) -> list[str]:
-    """The hidden test files' added lines, read from test_patch (for the literal checks)."""
-    lines = [
-        line[1:]
-        for line in task.test_patch.splitlines()
-        if line.startswith("+") and not line.startswith("+++")
-    ]
-    return ["\n".join(lines)]
+    """The hidden Python test files' added lines, read from test_patch (for the literal
+    checks)."""
+    return added_python_sources(task.test_patch)
 
 
 def restore_hidden_tests(sandbox: Sandbox, task: Task, hidden: set[str]) -> dict[str, str]:

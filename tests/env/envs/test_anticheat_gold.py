@@ -9,6 +9,7 @@ from pathlib import Path
 from fleetrl.envs import anticheat
 from fleetrl.envs.git import apply_patch
 from fleetrl.envs.suites import load_tasks
+from fleetrl.envs.verifier.hidden import hidden_test_sources
 from fleetrl.envs.workspace import ensure_repo
 from fleetrl.types import Task
 
@@ -32,15 +33,6 @@ def gold_changes(task: Task, scratch: Path) -> dict[str, tuple[bytes | None, byt
     }
 
 
-def hidden_test_facts(task: Task) -> anticheat.TestFacts:
-    added = [
-        line[1:]
-        for line in task.test_patch.splitlines()
-        if line.startswith("+") and not line.startswith("+++")
-    ]
-    return anticheat.test_facts(["\n".join(added)])
-
-
 def test_no_gold_patch_raises_a_flag(tmp_path):
     tasks = load_tasks(suite="micro")
     assert len(tasks) == 1120
@@ -49,7 +41,7 @@ def test_no_gold_patch_raises_a_flag(tmp_path):
         changes = gold_changes(task, tmp_path / task.instance_id)
         assert changes and all(new is not None for _, new in changes.values())
         flags = anticheat.path_flags(changes) | anticheat.code_flags(
-            changes, hidden_test_facts(task)
+            changes, anticheat.test_facts(hidden_test_sources(task))
         )
         if flags:
             flagged[task.instance_id] = sorted(flags)

@@ -200,6 +200,28 @@ def test_acceptance_rule_rejects_unnoticed_and_suite_breaking_mutations(tmp_path
     assert report["by_kind"]["feature_deletion"] == {"tried": 1, "kept": 0}
 
 
+def test_a_mutation_whose_own_fix_the_verifier_refuses_is_no_task(tmp_path: Path) -> None:
+    # Restoring `if n > 5: return 5`, with tests calling limit(5) and expecting 5, pairs a
+    # test input with its expected value: the verifier flags it, so no fix would score.
+    repo = tmp_path / "mini"
+    repo.mkdir()
+    (repo / "mod.py").write_text(
+        "def limit(n):\n    if n > 5:\n        return 5\n    return n\n\n\n"
+        "def double(x):\n    return x * 2\n"
+    )
+    (repo / "test_mod.py").write_text(
+        "from mod import double, limit\n\n\n"
+        "def test_limit():\n    assert limit(9) == 5\n    assert limit(5) == 5\n\n\n"
+        "def test_double():\n    assert double(3) == 6\n"
+    )
+    kinds = ["operator_swap", "comparison_flip"]
+    tasks = make_tasks(repo, tmp_path / "out", kinds=kinds, progress=False, pytest_args=FAST)
+    report = json.loads((tmp_path / "out" / REPORT_FILE).read_text())
+    assert [(t.kind, t.origin) for t in tasks] == [("operator_swap", "mod.py::double")]
+    assert report["rejected"] == {"gold_flagged": 1}
+    assert report["by_kind"]["comparison_flip"] == {"tried": 1, "kept": 0}
+
+
 def test_make_tasks_refuses_bad_input(tmp_path: Path) -> None:
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "x").write_text("")

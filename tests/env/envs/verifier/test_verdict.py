@@ -3,6 +3,7 @@ may not be applied is not, and an anti-cheat check that fails is a flag, never a
 (checkouts with git, hidden tests run by pytest in a sandbox). The static checks of every
 gold patch alone run in tests/env/envs/test_anticheat_gold.py."""
 
+import dataclasses
 import json
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -117,6 +118,21 @@ def test_cheats_that_would_have_passed_the_tests_are_caught(task, workspace):
     result = verify_workspace(task, workspace)
     assert set(result.tests.values()) == {"passed"}
     assert result.reward == 0 and result.flags == ["always_equal"]
+
+
+def test_hard_coding_is_caught_beside_a_data_file_in_the_hidden_tests(task, tmp_path):
+    # The hidden tests' literals are read file by file, so a text fixture added by
+    # test_patch cannot make them unreadable (read as one text, they were, and this scored 1).
+    fixture = (
+        "diff --git a/test_data.txt b/test_data.txt\nnew file mode 100644\n"
+        "--- /dev/null\n+++ b/test_data.txt\n@@ -0,0 +1 @@\n+inputs: [4, 8] and [8, 8]\n"
+    )
+    with_fixture = dataclasses.replace(task, test_patch=task.test_patch + fixture)
+    workspace = checkout(with_fixture, tmp_path / "ws")
+    hardcode(workspace)
+    result = verify_workspace(with_fixture, workspace)
+    assert set(result.tests.values()) == {"passed"}  # the answers alone pass every test
+    assert result.reward == 0 and result.flags == ["hardcoded_test_values"]
 
 
 def test_pre_existing_constructs_are_not_flagged(task, workspace):

@@ -52,3 +52,14 @@ def test_facts_normalise_inputs_and_expected_values():
     changes = {"m.py": (None, b"def f(a, b):\n    if (a, b) == [2, 3]:\n        return 5.0\n")}
     assert code_flags(changes, facts) == {"hardcoded_test_values"}
     assert code_flags({"m.py": (None, b"def f(a, b):\n    return a + b\n")}, facts) == set()
+
+
+def test_facts_are_read_from_the_asserts_of_a_fragment():
+    # A SWE-bench test_patch adds lines inside an existing test file: they do not parse
+    # as a module, and their one-line asserts still carry the hidden values.
+    fragment = "        x = f(2,\n        assert f(7, 3) == 49\n        assert g('ab') == 'ba'\n"
+    facts = hardcoding.test_facts([fragment])
+    assert 7 in facts.inputs and (7, 3) in facts.inputs and 49 in facts.expected
+    assert "ba" in facts.expected
+    changes = {"m.py": (None, b"def f(a, b):\n    if a == 7:\n        return 49\n")}
+    assert code_flags(changes, facts) == {"hardcoded_test_values"}
