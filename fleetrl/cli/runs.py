@@ -42,16 +42,17 @@ def run_create(
     if not store:
         raise fail("--store is required (a folder or s3://bucket/prefix)")
     config = run_config(config_file, set_, {})
-    from fleetrl.model.checkpoint import resolve_checkpoint
+    from fleetrl.model.checkpoint import resolve_checkpoint, weights_digest
     from fleetrl.orchestrate.run import RunExists, create_run
 
-    if not (resolve_checkpoint(config.model.path) / "config.json").is_file():
+    base = resolve_checkpoint(config.model.path)
+    if not (base / "config.json").is_file():
         raise fail(f"model.path {config.model.path!r} is not a checkpoint directory")
     from fleetrl.envs.records import TaskError
     from fleetrl.envs.suites import training_tasks
 
     try:
-        training_tasks(config.tasks)
+        training_tasks(config.tasks, weights_digest(base))
     except TaskError as err:
         raise fail(str(err)) from None
     try:

@@ -41,13 +41,14 @@ def train(
     run_dir = runs_dir / config.name
     if (run_dir / "final").exists():
         raise fail(f"{run_dir} holds a finished run; choose another --name")
-    from fleetrl.model.checkpoint import resolve_checkpoint
+    from fleetrl.model.checkpoint import resolve_checkpoint, weights_digest
 
     if launcher not in ("local", "ray"):
         raise fail(f"--launcher must be local or ray, not {launcher!r}")
     from fleetrl.orchestrate.local import RunFailed, run_local
 
-    if not (resolve_checkpoint(config.model.path) / "config.json").is_file():
+    base = resolve_checkpoint(config.model.path)
+    if not (base / "config.json").is_file():
         raise fail(f"model.path {config.model.path!r} is not a checkpoint directory")
     from fleetrl.envs.records import TaskError
     from fleetrl.envs.suites import configured_tasks, without_solved
@@ -55,7 +56,7 @@ def train(
     split = config.tasks.split
     try:
         tasks = configured_tasks(config.tasks, split)
-        drawn = len(without_solved(tasks, config.tasks))
+        drawn = len(without_solved(tasks, config.tasks, weights_digest(base)))
     except TaskError as err:
         raise fail(str(err)) from None
     if config.tasks.skip_solved is not None:

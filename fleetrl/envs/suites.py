@@ -93,18 +93,21 @@ def configured_tasks(source: TasksSection, split: str) -> list[Task]:
     return load_tasks(suite=source.suite, split=split)
 
 
-def training_tasks(source: TasksSection) -> list[Task]:
+def training_tasks(source: TasksSection, weights: str | None = None) -> list[Task]:
     """The tasks RL draws groups from: the configured `split`, less those the evaluation
-    `source.skip_solved` names as solved in every sample."""
-    return without_solved(configured_tasks(source, source.split), source)
+    `source.skip_solved` names as solved in every sample (checked to be of `weights`,
+    when given: `weights_digest` of the model RL starts from)."""
+    return without_solved(configured_tasks(source, source.split), source, weights)
 
 
-def without_solved(tasks: list[Task], source: TasksSection) -> list[Task]:
+def without_solved(
+    tasks: list[Task], source: TasksSection, weights: str | None = None
+) -> list[Task]:
     """`tasks` (the configured split's) less those `source.skip_solved` names as solved in
-    every sample; all of them when it is unset."""
+    every sample; all of them when it is unset. `weights`: see `solved_tasks`."""
     if source.skip_solved is None:
         return tasks
-    solved = solved_tasks(Path(source.skip_solved), source.split)
+    solved = solved_tasks(Path(source.skip_solved), source.split, weights)
     if not solved & {task.instance_id for task in tasks}:
         raise TaskError(
             f"tasks.skip_solved: none of the tasks {source.skip_solved} evaluated is in "
@@ -116,9 +119,10 @@ def without_solved(tasks: list[Task], source: TasksSection) -> list[Task]:
     return kept
 
 
-def solved_tasks(path: Path, split: str) -> set[str]:
+def solved_tasks(path: Path, split: str, weights: str | None = None) -> set[str]:
     """Ids of the tasks an evaluation of `split` (`fleetrl eval ... --json`) passed in every
-    sample."""
+    sample. Given `weights` (a `weights_digest`), the evaluation must be of those weights:
+    another model's solved tasks are not the ones this model has nothing to learn from."""
     try:
         document = json.loads(path.read_text())
     except OSError as err:
@@ -135,6 +139,12 @@ def solved_tasks(path: Path, split: str) -> set[str]:
         raise TaskError(
             f"tasks.skip_solved: {path} evaluated split {document.get('split')!r}, "
             f"not the {split!r} that RL draws from; make it with {made_by}"
+        )
+    if weights is not None and document.get("weights") != weights:
+        evaluated = "other weights" if "weights" in document else "weights it does not name"
+        raise TaskError(
+            f"tasks.skip_solved: {path} evaluated {evaluated}, not those of model.path (RL "
+            f"would leave out what another model solved); make it with {made_by}"
         )
     return {task for task, passed in passes.items() if passed >= samples}
 

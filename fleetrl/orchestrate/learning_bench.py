@@ -31,7 +31,8 @@ import torch
 
 from fleetrl.config import RunConfig, SftSection, TasksSection, with_overrides
 from fleetrl.envs.records import TaskError
-from fleetrl.envs.suites import configured_tasks
+from fleetrl.envs.suites import configured_tasks, training_tasks
+from fleetrl.model.checkpoint import weights_digest
 from fleetrl.orchestrate.local import run_local
 from fleetrl.orchestrate.sft import run_sft
 from fleetrl.rollout.evaluate import choose_temperature, paired_gain, protocol_report, task_rates
@@ -125,20 +126,22 @@ def final_weights_time(final: Path) -> float:
     return max(file.stat().st_mtime for file in final.glob("*.safetensors"))
 
 
-def check_splits(config: RunConfig) -> None:
-    """Fail early, before any training, when a split the benchmark reads is missing or
-    the temperature would be chosen on a reported split (which flatters)."""
+def check_splits(config: RunConfig, base: Path) -> None:
+    """Fail early, before any training, when a split the benchmark reads is missing, the
+    temperature would be chosen on a reported split (which flatters), or RL's draw leaves
+    out tasks by another model's evaluation (`tasks.skip_solved` not made from `base`)."""
     source = config.tasks
     if config.eval.val_split in SPLITS:
         raise LearningBenchError(
             f"eval.val_split is {config.eval.val_split!r}, a reported split: choose the "
             "temperature on another split (the default: val)"
         )
-    for split in (source.split, config.eval.val_split, *SPLITS):
-        try:
+    try:
+        for split in (source.split, config.eval.val_split, *SPLITS):
             configured_tasks(source, split)
-        except TaskError as err:
-            raise LearningBenchError(str(err)) from None
+        training_tasks(source, weights_digest(base))
+    except TaskError as err:
+        raise LearningBenchError(str(err)) from None
 
 
 def check_demonstrated(source: TasksSection) -> None:
@@ -234,7 +237,7 @@ def run_learning_bench(
     also written to `run_dir/learning.json`. `echo`: a line per phase and progress bars
     (None: silent)."""
     state = read_sft_state(base)
-    check_splits(config)
+    check_splits(config, base)
     sft_tasks = demonstrated_tasks(state, config)
     check_demonstrated(sft_tasks)
     progress = echo is not None

@@ -582,7 +582,8 @@ def protocol_report(
     reported run follows, all through one engine. `transcripts`: every episode of these
     runs written there as a JSON line (`episode_record`) as it is graded. `after_slip`: the
     reported and greedy runs open each episode with the expert's slip (the temperature is
-    still chosen on plain val episodes); `after_slip` in the document says so."""
+    still chosen on plain val episodes); `after_slip` in the document says so. `weights`:
+    the checkpoint's `weights_digest`, which `tasks.skip_solved` is checked against."""
     samples = samples or config.eval.samples
     if temperature is None:
         _refuse_choosing_on(config, split)
@@ -596,6 +597,7 @@ def protocol_report(
         return _Run(tasks, t, samples, f"{name}{split} T={t:g} x{samples}", after_slip)
 
     cached = sweep_cache_path(checkpoint, config)
+    digest = weights_digest(checkpoint)
 
     async def work(session: _Session) -> dict[str, Any]:
         chosen, figures = temperature, {}
@@ -613,7 +615,7 @@ def protocol_report(
         else:
             greedy, reported = await session.run([greedy_run, run_at(chosen)])
         reported.val_sweep = figures
-        return _document(split, reported, greedy) | {"after_slip": after_slip}
+        return _document(split, reported, greedy) | {"after_slip": after_slip, "weights": digest}
 
     return _in_session(checkpoint, config, work, progress, transcripts)
 

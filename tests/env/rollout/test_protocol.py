@@ -16,7 +16,7 @@ from fleetrl.envs.records import write_jsonl
 from fleetrl.envs.suites import get_task, load_tasks
 from fleetrl.envs.workspace import ensure_repo
 from fleetrl.model.chat import Message, ToolCall, format_reply
-from fleetrl.model.checkpoint import resolve_checkpoint
+from fleetrl.model.checkpoint import resolve_checkpoint, weights_digest
 from fleetrl.model.tokenizer import bundled_tokenizer
 from fleetrl.rollout.evaluate import (
     EvalError,
@@ -135,6 +135,7 @@ def test_fleetrl_eval_best_temperature_end_to_end():
     assert result.exit_code == 0, result.output
     doc = json.loads(result.output)
     assert doc["split"] == "heldout" and doc["tasks"] == 2
+    assert doc["weights"] == weights_digest(resolve_checkpoint("base"))  # for skip_solved
     assert set(doc["val_sweep"]) == {"0.0", "1.0"}
     best = max(doc["val_sweep"].values())
     assert doc["temperature"] == min(float(t) for t, p in doc["val_sweep"].items() if p == best)

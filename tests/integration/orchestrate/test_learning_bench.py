@@ -5,6 +5,7 @@ checks the machinery and the budgets, not learning; the goals are checked on the
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -130,7 +131,11 @@ def test_bench_learning_refuses_bad_bases_and_splits(tmp_path, tiny_checkpoint):
     assert split.exit_code == 2 and "no split 'nope'" in split.output
     chosen = runner.invoke(app, [*args, "--set", "eval.val_split=heldout-templates"])
     assert chosen.exit_code == 2 and "eval.val_split" in chosen.output
-    outputs = missing.output + no_sft.output + split.output + chosen.output
+    # The demo's evaluation of base-slip, with another base: its solved tasks are not this one's.
+    demo = Path(__file__).parents[3] / "configs" / "demo.toml"
+    other = runner.invoke(app, [*args, "--config", str(demo), "--base", "base"])
+    assert other.exit_code == 2 and "evaluated other weights" in other.output
+    outputs = missing.output + no_sft.output + split.output + chosen.output + other.output
     assert "Traceback" not in outputs
 
 

@@ -1,5 +1,7 @@
 """`fleetrl report` and `fleetrl run create`: what they write, and clean refusals."""
 
+import json
+
 from typer.testing import CliRunner
 
 from fleetrl.cli import app
@@ -25,4 +27,16 @@ def test_run_create_refuses_a_skip_solved_file_it_cannot_read(tmp_path):
     args = ["run", "create", "--store", str(store), "--set", f"tasks.skip_solved={missing}"]
     result = runner.invoke(app, args)
     assert result.exit_code == 2 and f"tasks.skip_solved: cannot read {missing}" in result.output
+    assert not (store / "run" / "config.toml").exists()
+
+
+def test_run_create_refuses_a_skip_solved_file_of_another_model(tmp_path):
+    other = tmp_path / "eval.json"
+    passes = {"micro-train-0000": 4}
+    doc = {"split": "train", "samples_per_task": 4, "task_passes": passes, "weights": "0" * 64}
+    other.write_text(json.dumps(doc))
+    store = tmp_path / "store"
+    args = ["run", "create", "--store", str(store), "--set", f"tasks.skip_solved={other}"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2 and "evaluated other weights" in result.output
     assert not (store / "run" / "config.toml").exists()

@@ -1,5 +1,7 @@
 """`fleetrl train`: clean refusals of an unknown launcher and of an unusable task filter."""
 
+import json
+
 from typer.testing import CliRunner
 
 from fleetrl.cli import app
@@ -17,3 +19,15 @@ def test_train_refuses_a_skip_solved_file_it_cannot_read(tmp_path):
     args = ["train", "--runs-dir", str(tmp_path), "--set", f"tasks.skip_solved={missing}"]
     result = runner.invoke(app, args)
     assert result.exit_code == 2 and f"tasks.skip_solved: cannot read {missing}" in result.output
+
+
+def test_train_refuses_a_skip_solved_file_of_another_model(tmp_path):
+    # The demo's file names base-slip's solved tasks; RL from `base` must not leave them out.
+    other = tmp_path / "eval.json"
+    passes = {"micro-train-0000": 4}
+    doc = {"split": "train", "samples_per_task": 4, "task_passes": passes, "weights": "0" * 64}
+    other.write_text(json.dumps(doc))
+    args = ["train", "--runs-dir", str(tmp_path), "--set", f"tasks.skip_solved={other}"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2 and "evaluated other weights" in result.output
+    assert "Traceback" not in result.output and not (tmp_path / "run").exists()

@@ -37,11 +37,13 @@ def test_get_task_finds_bundled_ids_and_suggests_close_ones() -> None:
         get_task("micro-heldout-07")
 
 
-def evaluation(tmp_path: Path, passes: dict[str, int], split: str = "train") -> str:
+def evaluation(
+    tmp_path: Path, passes: dict[str, int], split: str = "train", weights: str | None = None
+) -> str:
     """The JSON `fleetrl eval --split SPLIT --samples 4 --json` writes, these passes in it."""
     path = tmp_path / "eval.json"
     doc = {"split": split, "samples_per_task": 4, "task_passes": passes, "pass_at_1": 0.5}
-    path.write_text(json.dumps(doc))
+    path.write_text(json.dumps(doc | ({"weights": weights} if weights else {})))
     return str(path)
 
 
@@ -70,3 +72,15 @@ def test_a_skip_solved_file_that_cannot_be_used_is_refused_clearly(tmp_path: Pat
     refused(evaluation(tmp_path, {"product-train-0000": 4}), "none of the tasks .* another suite")
     every = {task.instance_id: 4 for task in load_tasks(suite="micro", split="train")}
     refused(evaluation(tmp_path, every), "solves every task; none left")
+
+
+def test_a_skip_solved_file_of_another_models_weights_is_refused(tmp_path: Path) -> None:
+    first = training_tasks(TasksSection(suite="micro"))[0].instance_id
+    source = TasksSection(suite="micro", skip_solved=evaluation(tmp_path, {first: 4}, weights="a"))
+    assert first not in {task.instance_id for task in training_tasks(source, weights="a")}
+    with pytest.raises(TaskError, match=r"evaluated other weights, not those of model\.path"):
+        training_tasks(source, weights="b")
+    unnamed = TasksSection(suite="micro", skip_solved=evaluation(tmp_path, {first: 4}))
+    with pytest.raises(TaskError, match="evaluated weights it does not name"):
+        training_tasks(unnamed, weights="a")
+    assert len(training_tasks(unnamed)) == len(training_tasks(source))  # unchecked: a region
