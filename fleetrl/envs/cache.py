@@ -17,12 +17,3 @@ def cache_dir() -> Path:
         return Path(os.environ["FLEETRL_CACHE"]).expanduser().resolve()
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base).expanduser().resolve() / "fleetrl"
-
-
-def write_whole(path: Path, data: bytes) -> None:
-    """Write a cache entry so that a reader sees all of it or none, even when the writer
-    dies midway or another process writes the same entry (last one wins)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(f"{path.suffix}.{os.getpid()}.partial")
-    partial.write_bytes(data)
-    partial.replace(path)

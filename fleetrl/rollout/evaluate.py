@@ -43,11 +43,12 @@ import numpy as np
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from fleetrl.config import RunConfig
-from fleetrl.envs.cache import cache_dir, write_whole
+from fleetrl.envs.cache import cache_dir
 from fleetrl.envs.handover import Handover
 from fleetrl.envs.harness import TokenPolicy
 from fleetrl.envs.micro.expert import PLANS, Expert
 from fleetrl.envs.suites import configured_tasks
+from fleetrl.files import write_whole
 from fleetrl.model.checkpoint import load_pretrained, weights_digest
 from fleetrl.model.tokenizer import Tokenizer
 from fleetrl.rollout.worker import Rollouts, rollout_engine

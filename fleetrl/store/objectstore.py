@@ -43,10 +43,13 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 from typing import Any, TypeVar
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
+
+from fleetrl.files import write_whole
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -197,15 +200,7 @@ class FsspecStore(ObjectStore):
             # One PUT (multipart past 5 GiB): atomic, and a retry writes the same bytes.
             self._call(f"put {key}", partial(self.fs.pipe_file, path, data))
             return
-        self.fs.makedirs(os.path.dirname(path), exist_ok=True)
-        temporary = f"{path}.tmp-{uuid.uuid4().hex}"
-        try:
-            with open(temporary, "wb") as f:
-                f.write(data)
-            os.replace(temporary, path)  # rename within a folder: atomic on POSIX
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(temporary)
+        write_whole(Path(path), data)
 
     def create(self, key: str, data: bytes) -> bool:
         """See ObjectStore.create: S3's `If-None-Match: *`, tagged so that a retry knows

@@ -23,6 +23,7 @@ import tarfile
 import uuid
 from pathlib import Path
 
+from fleetrl.files import write_whole
 from fleetrl.store.objectstore import ObjectNotFound, ObjectStore
 
 CONFIG_KEY = "run/config.toml"
@@ -64,11 +65,7 @@ def download_file(store: ObjectStore, key: str, dest: Path) -> Path:
     """Object `key` as file `dest` (kept if already there)."""
     if dest.is_file():
         return dest
-    data = store.get(key)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    partial = dest.with_name(f"{dest.name}.tmp-{uuid.uuid4().hex[:8]}")
-    partial.write_bytes(data)
-    os.replace(partial, dest)
+    write_whole(dest, store.get(key))
     return dest
 
 

@@ -1,6 +1,6 @@
 """The house rules: imports point down the data flow, and packages import nothing heavy.
 
-    types, config, observe  ←  model  ←  inference / envs / store  ←  rollout / trainer
+    types, config, observe, files  ←  model  ←  inference / envs / store  ←  rollout / trainer
         ←  orchestrate  ←  cli
 
 Every `import fleetrl.…` in the package, at module level or inside a function, is checked
@@ -16,7 +16,7 @@ from pathlib import Path
 import fleetrl
 
 ROOT = Path(fleetrl.__file__).parent
-FOUNDATION = {"types", "config", "observe"}
+FOUNDATION = {"types", "config", "observe", "files"}
 STAGES = {"inference", "envs", "store"}
 # What each top-level part may import besides itself.
 ALLOWED: dict[str, set[str]] = {
@@ -24,10 +24,11 @@ ALLOWED: dict[str, set[str]] = {
     "types": set(),
     "config": set(),
     "observe": set(),
-    "model": {"types"},
-    "inference": {"types", "config", "model"},
-    "envs": {"types", "config", "model"},
-    "store": {"types", "config"},
+    "files": set(),
+    "model": {"types", "files"},
+    "inference": {"types", "config", "files", "model"},
+    "envs": {"types", "config", "files", "model"},
+    "store": {"types", "config", "files"},
     "rollout": FOUNDATION | {"model"} | STAGES,
     "trainer": FOUNDATION | {"model", "store"},
     "orchestrate": FOUNDATION | {"model"} | STAGES | {"rollout", "trainer"},

@@ -1,0 +1,24 @@
+"""Writing a file so that a reader sees all of it or none of it.
+
+Writers die midway, and processes write the same file at once: a cache entry, an object
+of a store on local disk, a file downloaded from the store. Each write goes to a temporary
+file beside the target and is then renamed over it, which POSIX makes atomic within a
+folder. Temporary names end in `.tmp-<random hex>`; a local store's listing skips them.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+
+def write_whole(path: Path, data: bytes) -> None:
+    """Write `data` to `path`, making its folder, so that a reader sees all of it or the
+    file as it was, even when the writer dies midway; of concurrent writers the last wins."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f"{path.name}.tmp-{uuid.uuid4().hex}")
+    try:
+        temporary.write_bytes(data)
+        temporary.replace(path)
+    finally:
+        temporary.unlink(missing_ok=True)
