@@ -104,9 +104,6 @@ def eval_command(
     path = resolve_checkpoint(checkpoint)
     if not (path / "config.json").is_file():
         raise fail(f"{checkpoint} is not a checkpoint directory (no config.json)")
-    import torch
-
-    torch.set_num_threads(config.eval.threads)
     start = time.monotonic()
     try:
         per_task = math.ceil(episodes / len(split_tasks(config, split))) if episodes else None

@@ -27,8 +27,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from fleetrl.config import RunConfig, SftSection, TasksSection, with_overrides
 from fleetrl.envs.records import TaskError
 from fleetrl.envs.suites import configured_tasks, training_tasks
@@ -263,7 +261,6 @@ def run_learning_bench(
     if sft.stopped == "interrupted":  # SFT keeps its weights on Ctrl-C; the bench stops
         raise KeyboardInterrupt
 
-    torch.set_num_threads(config.eval.threads)
     checkpoints = {"base": base, "rl": run_dir / "rl" / "final", "sft_more": run_dir / "sft_more"}
     transcripts = run_dir / "transcripts"
     transcripts.mkdir(exist_ok=True)

@@ -28,7 +28,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from fleetrl.config import RunConfig, dump_config
@@ -267,7 +266,6 @@ def evaluate_and_report(config: RunConfig, run_dir: Path, progress: bool = True)
     its `EvalResult`; "eval" records) and report.html; returns the evaluation summary."""
     summary: dict = {}
     if config.eval.enabled:
-        torch.set_num_threads(config.eval.threads)
         evaluated = []
         if config.eval.base:
             evaluated.append(("base", 0, resolve_checkpoint(config.model.path), True))

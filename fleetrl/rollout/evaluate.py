@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
 import numpy as np
+import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from fleetrl.config import RunConfig
@@ -376,9 +377,11 @@ def _in_session(
     progress: bool,
     transcripts: Path | None = None,
 ) -> _T:
-    """Load the checkpoint once, start one engine sized for `eval.max_concurrent` episodes,
-    and run `work` with it (under progress bars when `progress`; every graded episode
-    written to `transcripts` as a JSON line when given; the file is replaced)."""
+    """Load the checkpoint once, start one engine sized for `eval.max_concurrent` episodes
+    on `eval.threads` torch threads, and run `work` with it (under progress bars when
+    `progress`; every graded episode written to `transcripts` as a JSON line when given;
+    the file is replaced)."""
+    torch.set_num_threads(config.eval.threads)
     model = load_pretrained(checkpoint)
     tokenizer = Tokenizer.from_pretrained(checkpoint)
     episodes, gradings = config.eval.max_concurrent, config.eval.max_concurrent_verify

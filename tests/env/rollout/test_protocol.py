@@ -8,6 +8,7 @@ import json
 from dataclasses import replace
 
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from fleetrl.cli import app
@@ -191,7 +192,13 @@ def test_episodes_of_a_checkpoint_come_one_per_task_in_task_order():
     config = load_config(None)
     config.eval.max_concurrent = 2
     tasks = [get_task("micro-heldout-0001"), get_task(TASK)]
-    episodes = episodes_of(resolve_checkpoint("base"), config, tasks, temperature=0.0)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        episodes = episodes_of(resolve_checkpoint("base"), config, tasks, temperature=0.0)
+        assert torch.get_num_threads() == config.eval.threads == 1  # whoever called it
+    finally:
+        torch.set_num_threads(threads)
     assert [e.task_id for e in episodes] == [t.instance_id for t in tasks]
     assert all(e.finish_reason and e.reward in (0.0, 1.0) for e in episodes)
 
