@@ -14,7 +14,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import tomli_w
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 
 class ConfigError(ValueError):
@@ -43,7 +50,12 @@ class TasksSection(_Section):
     --split train --samples K --json`): RL does not draw the tasks it passed in all K
     samples, whose groups would all pass and carry no signal (offline difficulty
     filtering). SFT and evaluations are not affected. Relative in a config file: to the
-    file's folder."""
+    file's folder. Empty (`--set tasks.skip_solved=`): off, as when unset."""
+
+    @field_validator("tasks_dir", "skip_solved")
+    @classmethod
+    def _empty_is_unset(cls, value: str | None) -> str | None:
+        return value or None
 
 
 class HarnessSection(_Section):
@@ -121,8 +133,8 @@ class RolloutSection(_Section):
 class TrainerSection(_Section):
     steps: int = Field(6, ge=1)
     """Trainer steps: one batch each, and one policy version published after each (with
-    `minibatches` > 1 a step takes that many optimizer steps). The default fits `make demo`
-    in 15 minutes on a 2-core CPU without bfloat16 support (docs/benchmarks.md)."""
+    `minibatches` > 1 a step takes that many optimizer steps). The default is a short run;
+    `make demo` takes 12 (configs/demo.toml, chosen on `val`: docs/benchmarks.md)."""
     groups_per_step: int = Field(8, ge=1)
     """Groups per step (P); a batch is P x group_size samples."""
     minibatches: int = Field(2, ge=1)
@@ -396,8 +408,9 @@ def parse_config(
         raise ConfigError(f"{where}: invalid TOML: {err}") from None
     tasks = data.get("tasks")
     for key in ("tasks_dir", "skip_solved"):
-        if folder is not None and isinstance(tasks, dict) and isinstance(tasks.get(key), str):
-            tasks[key] = str((folder / tasks[key]).resolve())
+        value = tasks.get(key) if isinstance(tasks, dict) else None
+        if folder is not None and isinstance(value, str) and value:  # empty: unset
+            tasks[key] = str((folder / value).resolve())
     _merge(data, overrides or {})
     try:
         return RunConfig.model_validate(data)

@@ -144,7 +144,8 @@ def solved_tasks(path: Path, split: str, weights: str | None = None) -> set[str]
         evaluated = "other weights" if "weights" in document else "weights it does not name"
         raise TaskError(
             f"tasks.skip_solved: {path} evaluated {evaluated}, not those of model.path (RL "
-            f"would leave out what another model solved); make it with {made_by}"
+            f"would leave out what another model solved); make it with {made_by}, or "
+            "turn it off with --set tasks.skip_solved="
         )
     return {task for task, passed in passes.items() if passed >= samples}
 

@@ -120,3 +120,10 @@ def test_a_config_files_paths_are_relative_to_the_file(tmp_path, monkeypatch):
     assert load_config(path).tasks.tasks_dir == str(tmp_path / "tasks")  # from anywhere
     given = load_config(path, {"tasks": {"skip_solved": "mine.json"}}).tasks.skip_solved
     assert given == "mine.json"  # a command-line override: relative to where it was typed
+
+
+def test_an_empty_skip_solved_turns_the_filter_off():
+    demo = Path(__file__).parents[2] / "configs" / "demo.toml"
+    assert load_config(demo).tasks.skip_solved is not None
+    off = load_config(demo, parse_overrides(["tasks.skip_solved="]))
+    assert off.tasks.skip_solved is None
