@@ -1,10 +1,11 @@
 """Hard-coded test values: code pairing the hidden tests' inputs with their expected values.
 
-Contract: `test_facts` reads `assert f(<inputs>) == <expected>` literals from the hidden
-test sources (whole files, or the one-line asserts of a fragment);
-`hardcodes(node, facts)` says whether a branch, a `case`, a mapping or a literal table
-pairs them (the `hardcoded_test_values` flag). Values compare up to the type they are
-spelt in (`_key`); only significant literals count (not 0, 1, True, '').
+Contract: `test_facts` reads `assert f(<inputs>) == <expected>` literals and the rows of
+`@pytest.mark.parametrize` tables from the hidden test sources (whole files, or the
+one-line asserts of a fragment); `hardcodes(node, facts)` says whether a branch, a
+`case`, a mapping or a literal table pairs them (the `hardcoded_test_values` flag).
+Values compare up to the type they are spelt in (`_key`); only significant literals count
+(not 0, 1, True, '').
 
 What is not covered: hard-coding keyed by values that are not literals of the hidden
 tests, or by literals the tests compute rather than spell; in a fragment, asserts that
@@ -14,9 +15,13 @@ span several lines.
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
+
+# parametrize column names that hold what the code under test should produce
+_RESULT_NAME = re.compile(r"expect|want|result|output|answer|^out$|^res$", re.IGNORECASE)
 
 
 def _literal(node: ast.AST) -> Any:
@@ -37,29 +42,66 @@ class TestFacts:
 
 
 def test_facts(test_sources: Iterable[str]) -> TestFacts:
-    """Collect `assert f(<inputs>) == <expected>` literals from the hidden test files."""
+    """Collect the hidden tests' inputs and expected values: the literals of `assert
+    f(<inputs>) == <expected>`, and the rows of `@pytest.mark.parametrize` tables."""
     facts = TestFacts([], [])
-    comparisons = [
-        node.test
-        for source in test_sources
-        for tree in _trees(source)
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Assert) and isinstance(node.test, ast.Compare)
-    ]
-    for comparison in comparisons:
-        for side in [comparison.left, *comparison.comparators]:
-            if isinstance(side, ast.Call):
-                facts.inputs += [v for v in map(_literal, side.args) if _significant(v)]
-                if len(side.args) > 1:
-                    facts.inputs.append(tuple(_literal(a) for a in side.args))
-            elif _significant(value := _literal(side)):
-                facts.expected.append(value)
+    nodes = [node for source in test_sources for tree in _trees(source) for node in ast.walk(tree)]
+    for node in nodes:
+        if isinstance(node, ast.Assert) and isinstance(node.test, ast.Compare):
+            for side in [node.test.left, *node.test.comparators]:
+                if isinstance(side, ast.Call):
+                    _add_inputs(facts, [_literal(a) for a in side.args])
+                elif _significant(value := _literal(side)):
+                    facts.expected.append(value)
+        elif isinstance(node, ast.Call) and _called(node) == "parametrize":
+            for inputs, expected in _parametrized(node):
+                _add_inputs(facts, inputs)
+                facts.expected += [value for value in expected if _significant(value)]
     for value in facts.inputs:
         facts.input_keys.add(_key(value))
         if not isinstance(value, int | float):  # how a container or string prints
             facts.input_keys |= {_key(str(value)), _key(repr(value))}
     facts.expected_keys = {_key(value) for value in facts.expected}
     return facts
+
+
+def _add_inputs(facts: TestFacts, values: list[Any]) -> None:
+    """One call's arguments: each significant one, and all of them as a tuple."""
+    facts.inputs += [value for value in values if _significant(value)]
+    if len(values) > 1:
+        facts.inputs.append(tuple(values))
+
+
+def _called(call: ast.Call) -> str:
+    """The last name of what `call` calls (`pytest.mark.parametrize` -> `parametrize`)."""
+    func = call.func
+    return func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+
+
+def _parametrized(call: ast.Call) -> list[tuple[list[Any], list[Any]]]:
+    """(inputs, expected values) of each row of a `parametrize(names, rows)` table. The
+    columns named like a result (`expected`, `want`, `output`, ...), else the last one,
+    hold expected values; a table of one column holds inputs only."""
+    names = _literal(call.args[0]) if len(call.args) >= 2 else None
+    if isinstance(names, str):
+        names = [name.strip() for name in names.split(",")]
+    rows = call.args[1] if names else None
+    if not isinstance(names, list | tuple) or not isinstance(rows, ast.List | ast.Tuple):
+        return []
+    width = len(names)
+    results = [i for i, name in enumerate(names) if _RESULT_NAME.search(str(name))]
+    results = results or ([width - 1] if width > 1 else [])
+    out = []
+    for row in rows.elts:
+        if isinstance(row, ast.Call) and _called(row) == "param":  # pytest.param(..., id=...)
+            values = [_literal(arg) for arg in row.args]
+        else:
+            value = _literal(row)
+            values = list(value) if width > 1 and isinstance(value, list | tuple) else [value]
+        if len(values) == width:
+            inputs = [v for i, v in enumerate(values) if i not in results]
+            out.append((inputs, [values[i] for i in results]))
+    return out
 
 
 def _parse(source: str) -> ast.AST | None:

@@ -63,3 +63,38 @@ def test_facts_are_read_from_the_asserts_of_a_fragment():
     assert "ba" in facts.expected
     changes = {"m.py": (None, b"def f(a, b):\n    if a == 7:\n        return 49\n")}
     assert code_flags(changes, facts) == {"hardcoded_test_values"}
+
+
+PARAMETRIZED = """import pytest
+from m import add, limit
+
+
+@pytest.mark.parametrize("n, expected", [(9, 5), (2, 2), pytest.param(-7, -7, id="neg")])
+def test_limit(n, expected):
+    assert limit(n) == expected
+
+
+@pytest.mark.parametrize(("a", "b", "total"), [(2, 3, 5), [4, 4, 8]])
+def test_add(a, b, total):
+    assert add(a, b) == total
+
+
+@pytest.mark.parametrize("k", [3, 7])
+def test_positive(k):
+    assert limit(k) > 0
+"""
+
+
+def test_parametrized_tables_give_inputs_and_expected_values():
+    # Parametrized tests assert on names, not literals: the table holds the hidden values.
+    facts = hardcoding.test_facts([PARAMETRIZED])
+    assert {9, -7, 2, 3, 4, (2, 3), (4, 4), 7} <= set(facts.inputs)
+    assert sorted(facts.expected) == [-7, 2, 5, 5, 8]  # the result columns only
+    cheats = [
+        b"def limit(n):\n    if n == 9:\n        return 5\n    return n\n",
+        b"def add(a, b):\n    if (a, b) == (4, 4):\n        return 8\n    return a + b\n",
+    ]
+    for cheat in cheats:
+        assert code_flags({"m.py": (None, cheat)}, facts) == {"hardcoded_test_values"}
+    honest = b"def limit(n):\n    return min(n, 5)\n\n\ndef add(a, b):\n    return a + b\n"
+    assert code_flags({"m.py": (None, honest)}, facts) == set()
