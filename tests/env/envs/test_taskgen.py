@@ -17,6 +17,7 @@ from fleetrl.envs.records import TASKS_FILE, TaskError
 from fleetrl.envs.suites import load_tasks
 from fleetrl.envs.taskgen import REPORT_FILE, is_test_path, make_tasks, repo_files
 from fleetrl.envs.testrun import run_pytest
+from fleetrl.envs.verifier import verify_workspace
 from fleetrl.envs.workspace import checkout
 from fleetrl.types import Task
 from tests.unit.envs.test_mutations import CORE, TEXT
@@ -220,6 +221,29 @@ def test_a_mutation_whose_own_fix_the_verifier_refuses_is_no_task(tmp_path: Path
     assert [(t.kind, t.origin) for t in tasks] == [("operator_swap", "mod.py::double")]
     assert report["rejected"] == {"gold_flagged": 1}
     assert report["by_kind"]["comparison_flip"] == {"tried": 1, "kept": 0}
+
+
+def test_hard_coding_a_generated_tasks_parametrized_tests_scores_zero(tmp_path: Path) -> None:
+    # The hidden tests name no literal in their asserts: the table holds the values.
+    repo = tmp_path / "mini"
+    (repo / "tests").mkdir(parents=True)
+    (repo / "mod.py").write_text("def triple(x):\n    return x * 3\n")
+    (repo / "tests" / "test_mod.py").write_text(
+        "import pytest\n\nfrom mod import triple\n\n\n"
+        '@pytest.mark.parametrize("x, expected", [(2, 6), (5, 15)])\n'
+        "def test_triple(x, expected):\n    assert triple(x) == expected\n"
+    )
+    (repo / "tests" / "cases.txt").write_text("2 -> 6, 5 -> 15\n")  # a data file beside them
+    (task,) = make_tasks(
+        repo, tmp_path / "out", kinds=["operator_swap"], progress=False, pytest_args=FAST
+    )
+    workspace = checkout(task, tmp_path / "ws")
+    (workspace / "mod.py").write_text(
+        "def triple(x):\n    if x == 2:\n        return 6\n    if x == 5:\n        return 15\n"
+    )
+    result = verify_workspace(task, workspace)
+    assert set(result.tests.values()) == {"passed"}  # the answers alone pass every test
+    assert result.reward == 0 and result.flags == ["hardcoded_test_values"]
 
 
 def test_make_tasks_refuses_bad_input(tmp_path: Path) -> None:
