@@ -69,6 +69,14 @@ def test_initials():
 """
 
 
+def write_files(root: Path, files: dict[str, str]) -> Path:
+    """A folder holding `files` (relative path -> text), no git."""
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
 def write_calc_repo(root: Path) -> Path:
     """A small git-tracked package with a pytest suite, one failing test and an ignored file."""
     files = {
@@ -82,9 +90,7 @@ def write_calc_repo(root: Path) -> Path:
         ".gitignore": "secret.txt\n",
         "secret.txt": "not part of the repository\n",
     }
-    for rel, text in files.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(text)
+    write_files(root, files)
     git(root, "init", "-q")
     git(root, "add", "-A")
     git(root, "commit", "-q", "-m", "calc")
@@ -180,17 +186,14 @@ def test_generation_is_deterministic_whatever_the_parallelism(
 
 
 def test_acceptance_rule_rejects_unnoticed_and_suite_breaking_mutations(tmp_path: Path) -> None:
-    repo = tmp_path / "mini"
-    repo.mkdir()
-    (repo / "mod.py").write_text(
+    mod = (
         "def used(x):\n    return x + 1\n\n\n"
         "def unused(x):\n    return x * 3\n\n\n"
         "def _table():\n    table = {1: 2}\n    return table\n\n\n"
         "TABLE = _table()  # runs at import: deleting _table breaks collection\n"
     )
-    (repo / "test_mod.py").write_text(
-        "from mod import used\n\n\ndef test_used():\n    assert used(1) == 2\n"
-    )
+    test = "from mod import used\n\n\ndef test_used():\n    assert used(1) == 2\n"
+    repo = write_files(tmp_path / "mini", {"mod.py": mod, "test_mod.py": test})
     kinds = ["operator_swap", "feature_deletion"]
     tasks = make_tasks(
         repo, tmp_path / "out", kinds=kinds, progress=False, jobs=2, pytest_args=FAST
@@ -204,17 +207,16 @@ def test_acceptance_rule_rejects_unnoticed_and_suite_breaking_mutations(tmp_path
 def test_a_mutation_whose_own_fix_the_verifier_refuses_is_no_task(tmp_path: Path) -> None:
     # Restoring `if n > 5: return 5`, with tests calling limit(5) and expecting 5, pairs a
     # test input with its expected value: the verifier flags it, so no fix would score.
-    repo = tmp_path / "mini"
-    repo.mkdir()
-    (repo / "mod.py").write_text(
+    mod = (
         "def limit(n):\n    if n > 5:\n        return 5\n    return n\n\n\n"
         "def double(x):\n    return x * 2\n"
     )
-    (repo / "test_mod.py").write_text(
+    test = (
         "from mod import double, limit\n\n\n"
         "def test_limit():\n    assert limit(9) == 5\n    assert limit(5) == 5\n\n\n"
         "def test_double():\n    assert double(3) == 6\n"
     )
+    repo = write_files(tmp_path / "mini", {"mod.py": mod, "test_mod.py": test})
     kinds = ["operator_swap", "comparison_flip"]
     tasks = make_tasks(repo, tmp_path / "out", kinds=kinds, progress=False, pytest_args=FAST)
     report = json.loads((tmp_path / "out" / REPORT_FILE).read_text())
@@ -225,15 +227,17 @@ def test_a_mutation_whose_own_fix_the_verifier_refuses_is_no_task(tmp_path: Path
 
 def test_hard_coding_a_generated_tasks_parametrized_tests_scores_zero(tmp_path: Path) -> None:
     # The hidden tests name no literal in their asserts: the table holds the values.
-    repo = tmp_path / "mini"
-    (repo / "tests").mkdir(parents=True)
-    (repo / "mod.py").write_text("def triple(x):\n    return x * 3\n")
-    (repo / "tests" / "test_mod.py").write_text(
+    test = (
         "import pytest\n\nfrom mod import triple\n\n\n"
         '@pytest.mark.parametrize("x, expected", [(2, 6), (5, 15)])\n'
         "def test_triple(x, expected):\n    assert triple(x) == expected\n"
     )
-    (repo / "tests" / "cases.txt").write_text("2 -> 6, 5 -> 15\n")  # a data file beside them
+    files = {
+        "mod.py": "def triple(x):\n    return x * 3\n",
+        "tests/test_mod.py": test,
+        "tests/cases.txt": "2 -> 6, 5 -> 15\n",  # a data file beside them
+    }
+    repo = write_files(tmp_path / "mini", files)
     (task,) = make_tasks(
         repo, tmp_path / "out", kinds=["operator_swap"], progress=False, pytest_args=FAST
     )
