@@ -29,7 +29,8 @@ Before any code of the workspace runs, the runner
   `pytest.main`, refuses and reports the events that reach into the interpreter's memory
   or other processes: ctypes, the gc object graph, other threads' frames, tracing and
   profiling hooks, signals to processes, in-process exec, opening /proc/<pid>/mem, environ
-  or fd entries, and writing, renaming or removing a protected (hidden test) file;
+  or fd entries, writing, renaming or removing a protected (hidden test) file, and reading
+  a hidden test module from the workspace's own code (its expected values are the answers);
 - remembers which function every name of the runner's machinery is bound to (pytest,
   pluggy, builtins, os, sys, json, hashlib), and which pytest plugins and import hooks are
   in place once collection starts; a rebinding, a new non-conftest plugin, a new import
@@ -85,6 +86,12 @@ _BLOCKED = frozenset(
 _PR_SET_DUMPABLE = 4
 TAMPERED_EXIT = 86  # the status of a process that something other than the runner ended
 _PATH_EVENTS = {"os.rename": 2, "os.remove": 1, "os.rmdir": 1, "os.truncate": 1}
+# Standard-library files whose functions only pass a read on to open(): a read through them
+# is a read by their caller.
+_FILE_FUNCTIONS = frozenset(
+    {"pathlib.py", "codecs.py", "os.py", "genericpath.py", "shutil.py", "fileinput.py",
+     "tokenize.py", "io.py", "_pyio.py"}
+)  # fmt: skip
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 # Modules whose functions the report depends on; rebinding one of their names is tampering.
 _WATCHED = ("builtins", "os", "posix", "sys", "json", "json.encoder", "hashlib", "io", "pytest")
@@ -112,15 +119,35 @@ def _reporter(fd: int) -> Emit:
     return emit
 
 
-def _install_audit_hook(emit: Emit, protected: frozenset[str], safe_fspath: frozenset[Any]) -> None:
+def _install_audit_hook(
+    emit: Emit, protected: frozenset[str], safe_fspath: frozenset[Any], rootdir: str
+) -> None:
     """Install the audit hook, off until the event `fleetrl.grader.start`; nothing switches it
     off again, and what it refused is read back by `fleetrl.grader.blocked` (a list to fill):
     no reference to its state outlives this call's frame."""
     switch, blocked = [False], []
-    getcwd, join, normpath, realpath, fsdecode = (
+    getcwd, join, normpath, realpath, fsdecode, basename, getframe = (
         os.getcwd, os.path.join, os.path.normpath, os.path.realpath, os.fsdecode,
+        os.path.basename, sys._getframe,
     )  # fmt: skip
     proc, events, path_events, write_flags = _PROC.fullmatch, _BLOCKED, _PATH_EVENTS, _WRITE_FLAGS
+    file_functions, runner = _FILE_FUNCTIONS, _install_audit_hook.__code__.co_filename
+    root = join(rootdir, "")
+    test_sources = frozenset(p for p in protected if p.endswith(".py"))
+
+    def read_by_workspace_code() -> bool:
+        # The code asking, past this runner's frames and the standard library's plain file
+        # functions: a module of the workspace other than the hidden tests is the agent's.
+        # pytest, and the import system behind a warning's source line, are not.
+        frame = getframe(1)
+        while frame is not None:
+            name = frame.f_code.co_filename
+            outside = not name.startswith(root)
+            if name == runner or (outside and basename(name) in file_functions):
+                frame = frame.f_back
+                continue
+            return not outside and normpath(name) not in protected
+        return False
 
     def paths(value: object) -> list[str]:
         if isinstance(value, os.PathLike) and type(value).__fspath__ in safe_fspath:
@@ -149,6 +176,8 @@ def _install_audit_hook(emit: Emit, protected: frozenset[str], safe_fspath: froz
             )  # fmt: skip
             if writes and protected.intersection(named):
                 return f"write {named[0]}"
+            if not writes and test_sources.intersection(named) and read_by_workspace_code():
+                return f"read {named[0]}"
         elif event in path_events:
             for arg in args[: path_events[event]]:
                 if isinstance(arg, str | bytes) and protected.intersection(paths(arg)):
@@ -289,7 +318,7 @@ def main(spec: dict[str, object]) -> None:
     ctypes.CDLL(None).prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
 
     safe = frozenset({pathlib.PurePath.__fspath__, LocalPath.__fspath__})
-    _install_audit_hook(emit, protected, safe)
+    _install_audit_hook(emit, protected, safe, rootdir)
     os.register_at_fork(after_in_child=lambda: os.close(report_fd))
     _guard_exit(emit, leave)
     sys.path.append(rootdir)

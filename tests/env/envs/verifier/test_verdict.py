@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from fleetrl.envs.git import apply_patch
 from fleetrl.envs.suites import load_tasks
+from fleetrl.envs.testrun import run_pytest
 from fleetrl.envs.verifier import verdict, verify, verify_workspace, workspace_changes
 from fleetrl.envs.workspace import checkout, ensure_repo
 from tests.env.envs.verifier.nkims_task import TASK_ID, append, module_path
@@ -40,6 +41,21 @@ def hardcode(workspace: Path) -> None:
         "    return 0\n"
     )
     module_path(workspace).write_text(source.split("def nkims")[0] + cheat)
+
+
+def read_hidden_tests(workspace: Path) -> None:
+    # Finds the hidden test module beside it, at import, and answers what its asserts expect.
+    module_path(workspace).write_text(
+        "import os\nimport re\n\n"
+        "_HERE = os.path.dirname(os.path.abspath(__file__))\n"
+        "_PEERS = [n for n in os.listdir(_HERE) if n.endswith('.py') and n != 'nkims.py']\n"
+        "_TEXT = ''.join(open(os.path.join(_HERE, n)).read() for n in _PEERS)\n\n\n"
+        "def nkims(j):\n"
+        "    for call, value in re.findall(r'\\w+\\((\\[.*?\\])\\) == (\\d+)', _TEXT):\n"
+        "        if call.replace(' ', '') == str(j).replace(' ', ''):\n"
+        "            return int(value)\n"
+        "    return 0\n"
+    )
 
 
 def always_equal(workspace: Path) -> None:
@@ -72,6 +88,7 @@ CHEATS = [
      "exit_trick"),
     ("object equal to everything", always_equal, "always_equal"),
     ("hard-coded test values", hardcode, "hardcoded_test_values"),
+    ("reading the hidden tests' answers from disk", read_hidden_tests, "runtime_tampering"),
     ("module-level skip", lambda ws: append(module_path(ws),
         "\nimport pytest\npytest.skip('later', allow_module_level=True)\n"), "skip_marker"),
     ("patching builtins", lambda ws: append(module_path(ws),
@@ -133,6 +150,33 @@ def test_hard_coding_is_caught_beside_a_data_file_in_the_hidden_tests(task, tmp_
     result = verify_workspace(with_fixture, workspace)
     assert set(result.tests.values()) == {"passed"}  # the answers alone pass every test
     assert result.reward == 0 and result.flags == ["hardcoded_test_values"]
+
+
+def test_reading_the_hidden_tests_answers_is_refused_and_would_have_passed(task, workspace):
+    read_hidden_tests(workspace)
+    result = verify_workspace(task, workspace)
+    assert result.reward == 0 and result.flags == ["runtime_tampering"]
+    # Beside the hidden tests under plain pytest, the same module passes every one.
+    apply_patch(workspace, task.test_patch)
+    plain = run_pytest(workspace, tests=task.FAIL_TO_PASS)
+    assert plain.outcomes == dict.fromkeys(task.FAIL_TO_PASS, "passed")
+
+
+def test_a_warning_that_points_into_the_hidden_tests_is_honest(task, workspace):
+    # A deprecation warning attributed to the caller makes Python read the caller's source
+    # line, here a hidden test's: that read is the interpreter's, not the agent's.
+    apply_patch(workspace, task.patch)
+    source = (
+        module_path(workspace)
+        .read_text()
+        .replace(
+            "def nkims(j):\n",
+            "def nkims(j):\n    warnings.warn('renamed', DeprecationWarning, stacklevel=2)\n",
+        )
+    )
+    module_path(workspace).write_text("import warnings\n" + source)
+    result = verify_workspace(task, workspace)
+    assert result.reward == 1 and result.flags == []
 
 
 def test_pre_existing_constructs_are_not_flagged(task, workspace):
