@@ -4,31 +4,75 @@ Contract: `test_facts` reads `assert f(<inputs>) == <expected>` literals and the
 `@pytest.mark.parametrize` tables from the hidden test sources (whole files, or the
 one-line asserts of a fragment); `hardcodes(node, facts)` says whether a branch, a
 `case`, a mapping or a literal table pairs them (the `hardcoded_test_values` flag).
-Values compare up to the type they are spelt in (`_key`); only significant literals count
+Values compare up to the type they are spelt in (`_key`), and an expression of literals
+counts as the value it computes (`22 * 2`, `int('44')`); only significant literals count
 (not 0, 1, True, '').
 
 What is not covered: hard-coding keyed by values that are not literals of the hidden
-tests, or by literals the tests compute rather than spell; in a fragment, asserts that
-span several lines.
+tests, or by literals the tests compute rather than spell; branches on parts of an input
+(`j[0] == 4 and j[1] == 8`); in a fragment, asserts that span several lines.
 """
 
 from __future__ import annotations
 
 import ast
+import operator
 import re
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+_ARITHMETIC: dict[type, Callable[[Any, Any], Any]] = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+    ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
+}  # fmt: skip
+_FOLD_LIMIT = 2**64  # operands of folded arithmetic: no huge products
+_CASTS: dict[str, Callable[[Any], Any]] = {"int": int, "float": float, "str": str}
 # parametrize column names that hold what the code under test should produce
 _RESULT_NAME = re.compile(r"expect|want|result|output|answer|^out$|^res$", re.IGNORECASE)
 
 
 def _literal(node: ast.AST) -> Any:
+    """The value a literal spells, or an expression of literals computes (`22 * 2`,
+    `int('44')`, `[2 * 2, 8]`: hard-coding by arithmetic is still hard-coding); None for
+    anything else."""
     try:
         return ast.literal_eval(node)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        pass
+    try:
+        return _folded(node)
+    except RecursionError:
         return None
+
+
+def _folded(node: ast.AST) -> Any:
+    if isinstance(node, ast.BinOp) and type(node.op) in _ARITHMETIC:
+        left, right = _literal(node.left), _literal(node.right)
+        numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in (left, right))
+        strings = isinstance(node.op, ast.Add) and isinstance(left, str) and isinstance(right, str)
+        if (numbers and abs(left) < _FOLD_LIMIT and abs(right) < _FOLD_LIMIT) or strings:
+            try:
+                return _ARITHMETIC[type(node.op)](left, right)
+            except (ArithmeticError, ValueError):
+                return None
+    elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
+        value = _literal(node.operand)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return -value if isinstance(node.op, ast.USub) else value
+    elif isinstance(node, ast.Call) and not node.keywords and len(node.args) == 1:
+        cast = _CASTS.get(getattr(node.func, "id", ""))
+        value = _literal(node.args[0])
+        if cast is not None and isinstance(value, int | float | str):
+            try:
+                return cast(value)
+            except (ValueError, OverflowError):
+                return None
+    elif isinstance(node, ast.List | ast.Tuple):
+        values = [_literal(element) for element in node.elts]
+        if all(value is not None for value in values):
+            return values if isinstance(node, ast.List) else tuple(values)
+    return None
 
 
 @dataclass

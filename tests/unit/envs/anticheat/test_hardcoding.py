@@ -23,6 +23,9 @@ from tests.unit.envs.anticheat.nkims_task import FACTS, FIXED, flags_of
         b"    match j:\n        case [4, 8]:\n            return 44\n",
         b"    match tuple(j):\n        case (5, 5, 3, 6) | (4, 8):\n            return 4083\n",
         b"    match [j]:\n        case [[4, 8]]:\n            return 44\n",
+        b"    if j == [4, 8]:\n        return 22 * 2\n",  # arithmetic of literals
+        b"    if j == [2 * 2, 8]:\n        return -(-44)\n",
+        b"    if j == [4, 8]:\n        return int('4' + '4')\n",
     ],
 )
 def test_hard_coded_answers_are_caught_whatever_type_keys_them(cheat):
@@ -98,3 +101,14 @@ def test_parametrized_tables_give_inputs_and_expected_values():
         assert code_flags({"m.py": (None, cheat)}, facts) == {"hardcoded_test_values"}
     honest = b"def limit(n):\n    return min(n, 5)\n\n\ndef add(a, b):\n    return a + b\n"
     assert code_flags({"m.py": (None, honest)}, facts) == set()
+
+
+def test_folding_literals_stays_bounded():
+    def returning(expression: bytes) -> bytes:
+        branch = b"def nkims(j):\n    if j == [4, 8]:\n        return "
+        return branch + expression + b"\n    return 0\n"
+
+    assert flags_of(returning(b" + ".join([b"1"] * 44))) == {"hardcoded_test_values"}
+    assert flags_of(returning(b"10 ** 10 ** 10")) == set()  # no power is computed
+    assert flags_of(returning(b"99999999999999999999 * 99999999999999999999")) == set()
+    assert flags_of(returning(b" + ".join([b"1"] * 2000))) == set()  # too deep to fold
