@@ -2,7 +2,9 @@
 
 Contract: `comparison_cheats(nodes, names)` yields '__eq__' or '__ne__' for each
 implementation, however bound (def, assignment, dict key, keyword argument, `setattr`),
-whose every result is the cheating truth value or which never reads the other operand.
+whose every result is the cheating truth value (`x <= y or x >= y` is always true), which
+never reads the other operand's value (its type does not count), or which is another
+comparison (`__eq__ = int.__ne__`).
 `mock.ANY` is flagged by name (see `names`).
 
 What is not covered: results whose truth `_truth` cannot fold from literals, `not`,
@@ -29,7 +31,7 @@ def _truth(node: ast.AST | None) -> bool | None:
     if isinstance(node, ast.BoolOp):
         values = [_truth(v) for v in node.values]
         decisive = isinstance(node.op, ast.Or)  # `or` is decided by a truthy value
-        if decisive in values:
+        if decisive in values or (decisive and _covers(node.values)):
             return decisive
         return (not decisive) if all(v is not None for v in values) else None
     if isinstance(node, ast.Compare) and len(node.ops) == 1:
@@ -60,6 +62,29 @@ def _truth(node: ast.AST | None) -> bool | None:
     return None
 
 
+# Comparisons of the same two operands that together hold for any totally ordered pair.
+_COVERING = (
+    {ast.LtE, ast.GtE}, {ast.Lt, ast.GtE}, {ast.Gt, ast.LtE}, {ast.Eq, ast.NotEq},
+    {ast.Is, ast.IsNot}, {ast.In, ast.NotIn}, {ast.Lt, ast.Eq, ast.Gt},
+)  # fmt: skip
+_TYPE_CHECKS = {"isinstance", "issubclass", "type", "hasattr", "callable"}
+_MIRRORED = {ast.Lt: ast.Gt, ast.Gt: ast.Lt, ast.LtE: ast.GtE, ast.GtE: ast.LtE, ast.Eq: ast.Eq,
+             ast.NotEq: ast.NotEq, ast.Is: ast.Is, ast.IsNot: ast.IsNot}  # fmt: skip
+
+
+def _covers(alternatives: list[ast.expr]) -> bool:
+    """Whether `a or b or ...` holds whatever its operands: `x <= y or x >= y`, `x == y or
+    x != y` (also written `y >= x`)."""
+    found: dict[tuple[str, str], set[type]] = {}
+    for node in alternatives:
+        if isinstance(node, ast.Compare) and len(node.ops) == 1:
+            op, pair = type(node.ops[0]), (ast.dump(node.left), ast.dump(node.comparators[0]))
+            if pair[::-1] in found and op in _MIRRORED:  # `y >= x` is `x <= y`
+                op, pair = _MIRRORED[op], pair[::-1]
+            found.setdefault(pair, set()).add(op)
+    return any(cover <= ops for ops in found.values() for cover in _COVERING)
+
+
 def _own_nodes(func: ast.AST) -> Iterator[ast.AST]:
     """The nodes of a function's body, without those of functions or classes nested in it."""
     stack = list(ast.iter_child_nodes(func))
@@ -67,6 +92,17 @@ def _own_nodes(func: ast.AST) -> Iterator[ast.AST]:
         node = stack.pop()
         yield node
         if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef):
+            stack.extend(ast.iter_child_nodes(node))
+
+
+def _outside_type_checks(func: ast.AST) -> Iterator[ast.AST]:
+    """The nodes of `func`, without the arguments of calls that look only at a value's
+    type (`isinstance(other, int)` reads the other operand's type, never its value)."""
+    stack = list(ast.iter_child_nodes(func))
+    while stack:
+        node = stack.pop()
+        yield node
+        if not (isinstance(node, ast.Call) and getattr(node.func, "id", "") in _TYPE_CHECKS):
             stack.extend(ast.iter_child_nodes(node))
 
 
@@ -87,9 +123,19 @@ def _constant_comparison(func: ast.AST, dunder: str) -> bool:
     truths = [_truth(r) for r in results]
     if results and all(t is cheat for t in truths):
         return True
-    reads_other = any(isinstance(n, ast.Name) and n.id == other for n in ast.walk(func))
+    reads_other = any(isinstance(n, ast.Name) and n.id == other for n in _outside_type_checks(func))
     meaningful = [r for r in results if not (isinstance(r, ast.Name) and r.id == "NotImplemented")]
     return not reads_other and any(t is not (not cheat) for t in map(_truth, meaningful))
+
+
+def _another_comparison(value: ast.AST, dunder: str, names: NameResolver) -> bool:
+    """`__eq__` bound to another comparison (`__eq__ = int.__ne__`, `operator.ge`): true
+    exactly when the values are not equal, or whenever they are ordered."""
+    other_dunders = {"__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__"} - {dunder}
+    if isinstance(value, ast.Attribute) and value.attr in other_dunders:
+        return True
+    other_operators = {f"operator.{d.strip('_')}" for d in other_dunders}
+    return bool(names.resolve(value) & other_operators)
 
 
 def comparison_cheats(nodes: list[ast.AST], names: NameResolver) -> Iterator[str]:
@@ -120,6 +166,9 @@ def comparison_cheats(nodes: list[ast.AST], names: NameResolver) -> Iterator[str
             ):
                 bound.append((constant_text(node.args[1]), node.args[2]))  # type: ignore[arg-type]
     for dunder, value in bound:
+        if _another_comparison(value, dunder, names):
+            yield dunder
+            continue
         if isinstance(value, ast.FunctionDef | ast.AsyncFunctionDef):
             candidates: list[ast.AST] = [value]
         elif isinstance(value, ast.Name):

@@ -31,6 +31,19 @@ from tests.unit.envs.anticheat.nkims_task import BASE, flags_of
         b"def always(a, b):\n    return True\n\n\nclass A:\n    __eq__ = always\n",
         b"from unittest.mock import ANY\n\n\ndef nkims(j):\n    return ANY\n",
         b"from unittest import mock\n\n\ndef nkims(j):\n    return mock.ANY\n",
+        # true whatever the operands' order
+        b"class A(int):\n    def __eq__(self, other):\n"
+        b"        return self <= other or self >= other\n",
+        b"class A(int):\n    def __eq__(self, other):\n"
+        b"        return self < other or other <= self\n",
+        b"class A(int):\n    def __eq__(self, other):\n"
+        b"        return self == other or other != self\n",
+        # reads only the other operand's type
+        b"class A(int):\n    def __eq__(self, other):\n        return isinstance(other, int)\n",
+        # another comparison in its place
+        b"class A(int):\n    __eq__ = int.__ne__\n",
+        b"import operator\n\n\nclass A(int):\n    __eq__ = operator.ge\n",
+        b"class A(int):\n    pass\n\n\nA.__ne__ = int.__eq__\n",
     ],
 )
 def test_always_equal_is_caught_by_behaviour(source):
@@ -49,6 +62,13 @@ def test_always_equal_is_caught_by_behaviour(source):
         b"class A:\n    def __ne__(self, other):\n        return not self == other\n",
         b"class A:\n    def __eq__(self, other):\n        raise TypeError('not comparable')\n",
         b"class A:\n    __eq__ = object.__eq__\n    __hash__ = None\n",
+        b"class A:\n    def __eq__(self, other):\n"
+        b"        return self.x <= other.x and self.x >= other.x\n",
+        b"class A:\n    def __eq__(self, other):\n"
+        b"        return self.x == other.x or self.y == other.y\n",
+        b"class A:\n    def __eq__(self, other):\n"
+        b"        return type(other) is A and self.x == other.x\n",
+        b"import operator\n\n\nclass A:\n    __lt__ = operator.lt\n    __eq__ = operator.eq\n",
     ],
 )
 def test_honest_equality_is_not_always_equal(source):
