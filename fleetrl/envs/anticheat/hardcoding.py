@@ -205,7 +205,8 @@ def _keys(nodes: Iterable[ast.AST | None]) -> set[Hashable]:
 
 
 def _tested(test: ast.AST) -> set[Hashable]:
-    """Literals a condition compares with, members of literal collections tested with `in`."""
+    """Literals a condition compares with, members of literal collections tested with `in`;
+    a one-element sequence also as its element (`args == ([4, 8],)` is the call's input)."""
     sides: list[ast.AST] = []
     for node in ast.walk(test):
         if isinstance(node, ast.Compare):
@@ -217,6 +218,7 @@ def _tested(test: ast.AST) -> set[Hashable]:
                     sides += right.elts
                 elif isinstance(op, ast.In | ast.NotIn) and isinstance(right, ast.Dict):
                     sides += [k for k in right.keys if k is not None]
+    sides += [s.elts[0] for s in sides if isinstance(s, ast.List | ast.Tuple) and len(s.elts) == 1]
     return _keys(sides)
 
 

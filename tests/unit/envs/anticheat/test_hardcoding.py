@@ -26,6 +26,7 @@ from tests.unit.envs.anticheat.nkims_task import FACTS, FIXED, flags_of
         b"    if j == [4, 8]:\n        return 22 * 2\n",  # arithmetic of literals
         b"    if j == [2 * 2, 8]:\n        return -(-44)\n",
         b"    if j == [4, 8]:\n        return int('4' + '4')\n",
+        b"    if [j] == [[4, 8]]:\n        return 44\n",  # the arguments as a sequence
     ],
 )
 def test_hard_coded_answers_are_caught_whatever_type_keys_them(cheat):
