@@ -166,8 +166,8 @@ def test_reading_the_hidden_tests_answers_is_refused_and_would_have_passed(task,
 
 
 def test_a_warning_that_points_into_the_hidden_tests_is_honest(task, workspace):
-    # A deprecation warning attributed to the caller makes Python read the caller's source
-    # line, here a hidden test's: that read is the interpreter's, not the agent's.
+    # A deprecation warning attributed to its caller, a hidden test: the warnings machinery
+    # reads that test's line to show it, which is not the workspace's code reading it.
     apply_patch(workspace, task.patch)
     source = (
         module_path(workspace)
