@@ -28,6 +28,9 @@ class ConfigError(ValueError):
     """A configuration that cannot run; the message names the key to change."""
 
 
+PRESETS = Path(__file__).parent / "configs"  # run configurations shipped by name
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
@@ -134,7 +137,7 @@ class TrainerSection(_Section):
     steps: int = Field(6, ge=1)
     """Trainer steps: one batch each, and one policy version published after each (with
     `minibatches` > 1 a step takes that many optimizer steps). The default is a short run;
-    `make demo` takes 12 (configs/demo.toml, chosen on `val`: docs/benchmarks.md)."""
+    `make demo` takes 12 (the `demo` preset, chosen on `val`: docs/benchmarks.md)."""
     groups_per_step: int = Field(8, ge=1)
     """Groups per step (P); a batch is P x group_size samples."""
     minibatches: int = Field(2, ge=1)
@@ -387,12 +390,22 @@ def _describe(err: ValidationError) -> str:
 
 
 def load_config(path: Path | None = None, overrides: dict[str, Any] | None = None) -> RunConfig:
-    """The run config of a TOML file (or the defaults), with nested `overrides` applied."""
+    """The run config of a TOML file, a shipped preset named like `demo` (PRESETS), or
+    the defaults, with nested `overrides` applied."""
     if path is None:
         return parse_config("", "defaults", overrides)
     if not path.is_file():
-        raise ConfigError(f"config file {path} does not exist")
+        path = preset_path(path)
     return parse_config(path.read_text(), str(path), overrides, folder=path.parent)
+
+
+def preset_path(name: Path) -> Path:
+    """The file of the shipped preset `name` (`demo`: what `make demo` runs)."""
+    preset = PRESETS / f"{name}.toml"
+    if name.suffix or len(name.parts) != 1 or not preset.is_file():
+        known = ", ".join(sorted(p.stem for p in PRESETS.glob("*.toml")))
+        raise ConfigError(f"config file {name} does not exist (shipped presets: {known})")
+    return preset
 
 
 def parse_config(

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make demo`: the main job on the shipped configuration `configs/demo.toml`: RL from the
+# `make demo`: the main job on the shipped `demo` preset (fleetrl/configs/demo.toml): RL from the
 # shipped `base-slip` model on the bundled `product` suite with guided groups, a local
 # object store, bubblewrap sandboxes and the asynchronous pipeline; it evaluates the base
 # and the trained model on the held-out split, each at its own temperature chosen on the
@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 NAME=${NAME:-demo-$(date +%Y%m%d-%H%M%S)}
-.venv/bin/fleetrl train configs/demo.toml --name "$NAME" "$@"
+.venv/bin/fleetrl train demo --name "$NAME" "$@"
 echo
 echo "held-out pass@1 before and after, each at its temperature chosen on val (runs/$NAME/eval.json):"
 .venv/bin/python - "runs/$NAME/eval.json" <<'PY'

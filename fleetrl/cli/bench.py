@@ -254,14 +254,15 @@ def bench_learning(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
 ) -> None:
     """From one SFT-plateaued base: RL at the run configuration's budget (`fleetrl train`)
-    against SFT continued on the same demonstrations for RL's wall time. `--config
-    configs/demo.toml` measures what `make demo` runs.
+    against SFT continued on the same demonstrations for RL's wall time. The configuration
+    defaults to the `demo` preset: what `make demo` runs.
 
     Base, RL and SFT-more are each evaluated on heldout and heldout-templates at their
     temperature chosen on val (pass@1 with CI, greedy, pass@8, recovery); the goals, the
     base's SFT curves and the budgets go with them into runs/NAME/learning.json."""
     import time
 
+    config_file = config_file or Path("demo")
     config = run_config(config_file, set_, {"model.path": base, "eval.max_tasks": max_tasks})
     run_dir = runs_dir / (name or f"learning-{time.strftime('%Y%m%d-%H%M%S')}")
     if run_dir.exists() and any(run_dir.iterdir()):

@@ -19,7 +19,11 @@ def fail(message: str) -> typer.Exit:
 
 ConfigOption = Annotated[
     Path | None,
-    typer.Option("--config", help="TOML run configuration: the same tree as `fleetrl train`."),
+    typer.Option(
+        "--config",
+        help="TOML run configuration (the same tree as `fleetrl train`), or a shipped "
+        "preset's name: `demo`.",
+    ),
 ]
 SetOption = Annotated[
     list[str] | None,

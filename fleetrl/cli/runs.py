@@ -30,7 +30,11 @@ WorkdirOption = Annotated[
 @run_app.command("create")
 def run_create(
     config_file: Annotated[
-        Path | None, typer.Argument(help="TOML run configuration (default: built-in).")
+        Path | None,
+        typer.Argument(
+            help="TOML run configuration, or a shipped preset's name: `demo` is what "
+            "`make demo` runs (default: built-in)."
+        ),
     ] = None,
     store: StoreOption = "",
     set_: SetOption = None,

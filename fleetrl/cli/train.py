@@ -15,7 +15,11 @@ if TYPE_CHECKING:
 
 def train(
     config_file: Annotated[
-        Path | None, typer.Argument(help="TOML run configuration (default: built-in).")
+        Path | None,
+        typer.Argument(
+            help="TOML run configuration, or a shipped preset's name: `demo` is what "
+            "`make demo` runs (default: built-in)."
+        ),
     ] = None,
     name: Annotated[str | None, typer.Option(help="Run name: writes runs/NAME.")] = None,
     steps: Annotated[int | None, typer.Option(help="Override trainer.steps.")] = None,

@@ -1,8 +1,8 @@
 """`fleetrl bench learning`: from one SFT-plateaued base, does RL teach more than more SFT?
 
     base checkpoint (SFT until its validation loss stopped improving; sft.json: its curves)
-      ├─▶ rl:       `fleetrl train` at the run configuration (no eval; `--config
-      │             configs/demo.toml` gives the demo's model, tasks and budget)
+      ├─▶ rl:       `fleetrl train` at the run configuration (no eval; the `demo`
+      │             preset, the command's default, gives the demo's model, tasks, budget)
       │             ─▶ rl/final, wall time W from the processes' start to the final weights
       │                (the regions' shutdown after them is `rl_run_s`, not W)
       └─▶ sft_more: SFT continued from the base on the same demonstrations (the tasks

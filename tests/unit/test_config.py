@@ -4,7 +4,14 @@ from pathlib import Path
 
 import pytest
 
-from fleetrl.config import ConfigError, dump_config, load_config, parse_overrides, with_overrides
+from fleetrl.config import (
+    PRESETS,
+    ConfigError,
+    dump_config,
+    load_config,
+    parse_overrides,
+    with_overrides,
+)
 from fleetrl.envs.suites import load_tasks, training_tasks
 from fleetrl.model.checkpoint import resolve_checkpoint, weights_digest
 
@@ -49,6 +56,10 @@ def test_bad_configs_name_the_key(tmp_path, text, message):
 def test_missing_file_and_bad_override(tmp_path):
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(tmp_path / "none.toml")
+    with pytest.raises(
+        ConfigError, match=r"config file nodemo does not exist \(shipped presets: demo\)"
+    ):
+        load_config(Path("nodemo"))
     with pytest.raises(ConfigError, match="KEY=VALUE"):
         parse_overrides(["trainer.lr"])
 
@@ -96,7 +107,8 @@ def test_the_optimiser_defaults_are_one_update_and_dynamic_sampling():
 def test_the_demo_configuration_names_shipped_parts():
     """`make demo`'s file parses, starts from a shipped model with its tokenizer and trains
     on a bundled suite's train split, with guided groups."""
-    config = load_config(Path(__file__).parents[2] / "configs" / "demo.toml")
+    config = load_config(Path("demo"))  # the shipped preset, by name, from any directory
+    assert config == load_config(PRESETS / "demo.toml")
     model = resolve_checkpoint(config.model.path)
     assert model != Path(config.model.path)  # a shipped model, not a folder of the caller's
     assert {"config.json", "model.safetensors", "tokenizer.json"} <= {
@@ -123,7 +135,7 @@ def test_a_config_files_paths_are_relative_to_the_file(tmp_path, monkeypatch):
 
 
 def test_an_empty_skip_solved_turns_the_filter_off():
-    demo = Path(__file__).parents[2] / "configs" / "demo.toml"
+    demo = PRESETS / "demo.toml"
     assert load_config(demo).tasks.skip_solved is not None
     off = load_config(demo, parse_overrides(["tasks.skip_solved="]))
     assert off.tasks.skip_solved is None

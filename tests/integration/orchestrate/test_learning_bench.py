@@ -5,7 +5,6 @@ checks the machinery and the budgets, not learning; the goals are checked on the
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -131,9 +130,8 @@ def test_bench_learning_refuses_bad_bases_and_splits(tmp_path, tiny_checkpoint):
     assert split.exit_code == 2 and "no split 'nope'" in split.output
     chosen = runner.invoke(app, [*args, "--set", "eval.val_split=heldout-templates"])
     assert chosen.exit_code == 2 and "eval.val_split" in chosen.output
-    # The demo's evaluation of base-slip, with another base: its solved tasks are not this one's.
-    demo = Path(__file__).parents[3] / "configs" / "demo.toml"
-    other = runner.invoke(app, [*args, "--config", str(demo), "--base", "base"])
+    # The default is the demo preset: its evaluation of base-slip is not another base's.
+    other = runner.invoke(app, [*args, "--base", "base"])
     assert other.exit_code == 2 and "evaluated other weights" in other.output
     outputs = missing.output + no_sft.output + split.output + chosen.output + other.output
     assert "Traceback" not in outputs
@@ -161,8 +159,11 @@ def test_bench_learning_runs_rl_and_sft_more_for_the_same_wall_time(tmp_path, ti
         "eval.samples=2", "eval.val_samples=1", "eval.temperatures=[0.0, 1.0]",
         "eval.threads=1", "sft.threads=1", "sft.max_tasks=4",
     ]  # fmt: skip
+    defaults = tmp_path / "defaults.toml"  # the built-in tree (micro), not the demo preset
+    defaults.write_text("")
     argv = [sys.executable, "-m", "fleetrl.cli", "bench", "learning", "--json", "--name", "t"]
     argv += ["--base", str(tiny_sft_base), "--runs-dir", str(tmp_path), "--max-tasks", "2"]
+    argv += ["--config", str(defaults)]
     for item in overrides:
         argv += ["--set", item]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=600)

@@ -57,14 +57,13 @@ def test_the_demo_configuration_trains_on_the_product_suite(tmp_path, tiny_check
     on the product's tasks, the expert's guided episodes give them the signal to train on,
     and the product's repositories are written in the cache on first use. The file's
     `tasks.skip_solved` is base-slip's evaluation, so another model turns it off."""
-    root = Path(__file__).parents[3]
     overrides = [
         f"model.path={tiny_checkpoint}", "tasks.skip_solved=",
         "trainer.steps=1", "trainer.groups_per_step=2",
         "rollout.group_size=2", "rollout.max_concurrent_groups=2", "eval.episodes=2",
         "eval.max_tasks=2", "eval.base=false", "eval.best_temperature=false",
     ]  # fmt: skip
-    argv = [sys.executable, "-m", "fleetrl.cli", "train", str(root / "configs" / "demo.toml")]
+    argv = [sys.executable, "-m", "fleetrl.cli", "train", "demo"]  # the preset, by name
     argv += ["--name", "d", "--runs-dir", str(tmp_path)]
     for item in overrides:
         argv += ["--set", item]
