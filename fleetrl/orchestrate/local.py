@@ -33,7 +33,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from fleetrl.config import RunConfig, dump_config
 from fleetrl.envs.cache import cache_dir
 from fleetrl.files import write_whole
-from fleetrl.model.checkpoint import resolve_checkpoint
+from fleetrl.model.checkpoint import resolve_checkpoint, weights_digest
 from fleetrl.observe.metrics import MetricsLogger, read_metrics
 from fleetrl.observe.records import EvalRecord
 from fleetrl.observe.report import write_report
@@ -184,7 +184,7 @@ def _eval_cache_key(checkpoint: Path, config: RunConfig) -> str:
         config.tasks.model_dump(),
         config.harness.model_dump(),
     )
-    return results_key(checkpoint, settings)
+    return results_key(weights_digest(checkpoint), settings)
 
 
 def evaluate(

@@ -489,8 +489,9 @@ def choose_temperature(
     return pick_temperature(sweep), sweep
 
 
-def sweep_cache_path(checkpoint: Path, config: RunConfig) -> Path:
-    """Where `fleetrl eval` keeps the temperature it chose for these weights under these
+def sweep_cache_path(weights: str, config: RunConfig) -> Path:
+    """Where `fleetrl eval` keeps the temperature it chose for these weights (a
+    `weights_digest`) under these
     settings (val split and tasks, temperatures, samples, seed, harness, rollout), so that
     every split reported for one model is reported at one temperature, as in `fleetrl
     bench learning`: two sweeps of one checkpoint can choose differently by sampling noise."""
@@ -506,13 +507,13 @@ def sweep_cache_path(checkpoint: Path, config: RunConfig) -> Path:
         config.harness.model_dump(mode="json"),
         config.rollout.model_dump(mode="json", exclude={"temperature"}),
     )
-    return cache_dir() / "sweeps" / f"{results_key(checkpoint, settings)}.json"
+    return cache_dir() / "sweeps" / f"{results_key(weights, settings)}.json"
 
 
-def results_key(checkpoint: Path, settings: tuple[Any, ...]) -> str:
-    """24 hex digits naming results computed from these weights under these settings
-    (JSON-able): the file name of a cached evaluation or temperature choice."""
-    digest = hashlib.sha256(weights_digest(checkpoint).encode())
+def results_key(weights: str, settings: tuple[Any, ...]) -> str:
+    """24 hex digits naming results computed from these weights (a `weights_digest`) under
+    these settings (JSON-able): the file name of a cached evaluation or temperature choice."""
+    digest = hashlib.sha256(weights.encode())
     digest.update(json.dumps(settings, sort_keys=True).encode())
     return digest.hexdigest()[:24]
 
@@ -600,8 +601,8 @@ def protocol_report(
     def run_at(t: float) -> _Run:
         return _Run(tasks, t, samples, f"{name}{split} T={t:g} x{samples}", after_slip)
 
-    cached = sweep_cache_path(checkpoint, config)
-    digest = weights_digest(checkpoint)
+    digest = weights_digest(checkpoint)  # read once: a checkpoint can be gigabytes
+    cached = sweep_cache_path(digest, config)
 
     async def work(session: _Session) -> dict[str, Any]:
         chosen, figures = temperature, {}

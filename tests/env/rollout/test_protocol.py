@@ -217,9 +217,9 @@ def test_a_kept_temperature_choice_is_not_read_back_once_the_val_tasks_changed(
     write_jsonl(val, folder / "tasks.jsonl")
     config = load_config(None, {"tasks": {"tasks_dir": str(folder)}})
     checkpoint = resolve_checkpoint("base")
-    before = sweep_cache_path(checkpoint, config)
+    before = sweep_cache_path(weights_digest(checkpoint), config)
     moved = [replace(task, repo=str(tmp_path / "elsewhere" / task.instance_id)) for task in val]
     assert tasks_digest(moved) == tasks_digest(val)
     reworded = [replace(val[0], problem_statement=val[0].problem_statement + " "), *val[1:]]
     write_jsonl(reworded, folder / "tasks.jsonl")
-    assert sweep_cache_path(checkpoint, config) != before
+    assert sweep_cache_path(weights_digest(checkpoint), config) != before
