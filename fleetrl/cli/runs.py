@@ -46,7 +46,7 @@ def run_create(
     if not store:
         raise fail("--store is required (a folder or s3://bucket/prefix)")
     config = run_config(config_file, set_, {})
-    from fleetrl.model.checkpoint import resolve_checkpoint, weights_digest
+    from fleetrl.model.checkpoint import resolve_checkpoint
     from fleetrl.orchestrate.run import RunExists, create_run
 
     base = resolve_checkpoint(config.model.path)
@@ -56,7 +56,7 @@ def run_create(
     from fleetrl.envs.suites import training_tasks
 
     try:
-        training_tasks(config.tasks, weights_digest(base))
+        training_tasks(config.tasks, base)
     except TaskError as err:
         raise fail(str(err)) from None
     try:

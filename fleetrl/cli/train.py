@@ -45,7 +45,7 @@ def train(
     run_dir = runs_dir / config.name
     if (run_dir / "final").exists():
         raise fail(f"{run_dir} holds a finished run; choose another --name")
-    from fleetrl.model.checkpoint import resolve_checkpoint, weights_digest
+    from fleetrl.model.checkpoint import resolve_checkpoint
 
     if launcher not in ("local", "ray"):
         raise fail(f"--launcher must be local or ray, not {launcher!r}")
@@ -60,7 +60,7 @@ def train(
     split = config.tasks.split
     try:
         tasks = configured_tasks(config.tasks, split)
-        drawn = len(without_solved(tasks, config.tasks, weights_digest(base)))
+        drawn = len(without_solved(tasks, config.tasks, base))
     except TaskError as err:
         raise fail(str(err)) from None
     if config.tasks.skip_solved is not None:

@@ -93,21 +93,21 @@ def configured_tasks(source: TasksSection, split: str) -> list[Task]:
     return load_tasks(suite=source.suite, split=split)
 
 
-def training_tasks(source: TasksSection, weights: str | None = None) -> list[Task]:
+def training_tasks(source: TasksSection, model: Path | None = None) -> list[Task]:
     """The tasks RL draws groups from: the configured `split`, less those the evaluation
-    `source.skip_solved` names as solved in every sample (checked to be of `weights`,
-    when given: `weights_digest` of the model RL starts from)."""
-    return without_solved(configured_tasks(source, source.split), source, weights)
+    `source.skip_solved` names as solved in every sample (checked to be of the weights of
+    `model`, the checkpoint RL starts from, when given)."""
+    return without_solved(configured_tasks(source, source.split), source, model)
 
 
 def without_solved(
-    tasks: list[Task], source: TasksSection, weights: str | None = None
+    tasks: list[Task], source: TasksSection, model: Path | None = None
 ) -> list[Task]:
     """`tasks` (the configured split's) less those `source.skip_solved` names as solved in
-    every sample; all of them when it is unset. `weights`: see `solved_tasks`."""
+    every sample; all of them when it is unset. `model`: see `solved_tasks`."""
     if source.skip_solved is None:
         return tasks
-    solved = solved_tasks(Path(source.skip_solved), source.split, weights)
+    solved = solved_tasks(Path(source.skip_solved), source.split, model)
     if not solved & {task.instance_id for task in tasks}:
         raise TaskError(
             f"tasks.skip_solved: none of the tasks {source.skip_solved} evaluated is in "
@@ -119,10 +119,10 @@ def without_solved(
     return kept
 
 
-def solved_tasks(path: Path, split: str, weights: str | None = None) -> set[str]:
+def solved_tasks(path: Path, split: str, model: Path | None = None) -> set[str]:
     """Ids of the tasks an evaluation of `split` (`fleetrl eval ... --json`) passed in every
-    sample. Given `weights` (a `weights_digest`), the evaluation must be of those weights:
-    another model's solved tasks are not the ones this model has nothing to learn from."""
+    sample. Given the checkpoint `model`, the evaluation must be of its weights: another
+    model's solved tasks are not the ones this model has nothing to learn from."""
     try:
         document = json.loads(path.read_text())
     except OSError as err:
@@ -140,7 +140,7 @@ def solved_tasks(path: Path, split: str, weights: str | None = None) -> set[str]
             f"tasks.skip_solved: {path} evaluated split {document.get('split')!r}, "
             f"not the {split!r} that RL draws from; make it with {made_by}"
         )
-    if weights is not None and document.get("weights") != weights:
+    if model is not None and document.get("weights") != _weights_digest(model):
         evaluated = "other weights" if "weights" in document else "weights it does not name"
         raise TaskError(
             f"tasks.skip_solved: {path} evaluated {evaluated}, not those of model.path (RL "
@@ -148,6 +148,13 @@ def solved_tasks(path: Path, split: str, weights: str | None = None) -> set[str]
             "turn it off with --set tasks.skip_solved="
         )
     return {task for task, passed in passes.items() if passed >= samples}
+
+
+def _weights_digest(model: Path) -> str:
+    # Imported here: the checkpoint module loads torch, which listing tasks never needs.
+    from fleetrl.model.checkpoint import weights_digest
+
+    return weights_digest(model)
 
 
 def get_task(instance_id: str, suite: str | None = None, tasks_dir: Path | None = None) -> Task:

@@ -30,7 +30,6 @@ from typing import Any
 from fleetrl.config import RunConfig, SftSection, TasksSection, with_overrides
 from fleetrl.envs.records import TaskError
 from fleetrl.envs.suites import configured_tasks, training_tasks
-from fleetrl.model.checkpoint import weights_digest
 from fleetrl.orchestrate.local import run_local
 from fleetrl.orchestrate.sft import run_sft
 from fleetrl.rollout.evaluate import choose_temperature, paired_gain, protocol_report, task_rates
@@ -137,7 +136,7 @@ def check_splits(config: RunConfig, base: Path) -> None:
     try:
         for split in (source.split, config.eval.val_split, *SPLITS):
             configured_tasks(source, split)
-        training_tasks(source, weights_digest(base))
+        training_tasks(source, base)
     except TaskError as err:
         raise LearningBenchError(str(err)) from None
 

@@ -10,6 +10,7 @@ import pytest
 from fleetrl.config import TasksSection
 from fleetrl.envs.records import TaskError
 from fleetrl.envs.suites import get_task, load_tasks, training_tasks
+from fleetrl.model.checkpoint import resolve_checkpoint, weights_digest
 
 
 @pytest.fixture(autouse=True)
@@ -74,13 +75,17 @@ def test_a_skip_solved_file_that_cannot_be_used_is_refused_clearly(tmp_path: Pat
     refused(evaluation(tmp_path, every), "solves every task; none left")
 
 
-def test_a_skip_solved_file_of_another_models_weights_is_refused(tmp_path: Path) -> None:
+def test_a_skip_solved_file_of_another_models_weights_is_refused(
+    tmp_path: Path, tiny_checkpoint: Path
+) -> None:
+    base = resolve_checkpoint("base")
     first = training_tasks(TasksSection(suite="micro"))[0].instance_id
-    source = TasksSection(suite="micro", skip_solved=evaluation(tmp_path, {first: 4}, weights="a"))
-    assert first not in {task.instance_id for task in training_tasks(source, weights="a")}
+    of_base = evaluation(tmp_path, {first: 4}, weights=weights_digest(base))
+    source = TasksSection(suite="micro", skip_solved=of_base)
+    assert first not in {task.instance_id for task in training_tasks(source, base)}
     with pytest.raises(TaskError, match=r"evaluated other weights, not those of model\.path"):
-        training_tasks(source, weights="b")
+        training_tasks(source, tiny_checkpoint)
     unnamed = TasksSection(suite="micro", skip_solved=evaluation(tmp_path, {first: 4}))
     with pytest.raises(TaskError, match="evaluated weights it does not name"):
-        training_tasks(unnamed, weights="a")
+        training_tasks(unnamed, base)
     assert len(training_tasks(unnamed)) == len(training_tasks(source))  # unchecked: a region
