@@ -14,7 +14,7 @@ What is not covered: results whose truth `_truth` cannot fold from literals, `no
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from fleetrl.envs.anticheat.names import NameResolver, constant_text
 
@@ -85,25 +85,24 @@ def _covers(alternatives: list[ast.expr]) -> bool:
     return any(cover <= ops for ops in found.values() for cover in _COVERING)
 
 
-def _own_nodes(func: ast.AST) -> Iterator[ast.AST]:
-    """The nodes of a function's body, without those of functions or classes nested in it."""
-    stack = list(ast.iter_child_nodes(func))
+def _nodes(root: ast.AST, enter: Callable[[ast.AST], bool]) -> Iterator[ast.AST]:
+    """The nodes under `root`, without the insides of those `enter` refuses."""
+    stack = list(ast.iter_child_nodes(root))
     while stack:
         node = stack.pop()
         yield node
-        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef):
+        if enter(node):
             stack.extend(ast.iter_child_nodes(node))
 
 
-def _outside_type_checks(func: ast.AST) -> Iterator[ast.AST]:
-    """The nodes of `func`, without the arguments of calls that look only at a value's
-    type (`isinstance(other, int)` reads the other operand's type, never its value)."""
-    stack = list(ast.iter_child_nodes(func))
-    while stack:
-        node = stack.pop()
-        yield node
-        if not (isinstance(node, ast.Call) and getattr(node.func, "id", "") in _TYPE_CHECKS):
-            stack.extend(ast.iter_child_nodes(node))
+def _not_a_definition(node: ast.AST) -> bool:
+    """A function's own body ends at the functions and classes nested in it."""
+    return not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef)
+
+
+def _not_a_type_check(node: ast.AST) -> bool:
+    """`isinstance(other, int)` reads the other operand's type, never its value."""
+    return not (isinstance(node, ast.Call) and getattr(node.func, "id", "") in _TYPE_CHECKS)
 
 
 def _constant_comparison(func: ast.AST, dunder: str) -> bool:
@@ -117,13 +116,14 @@ def _constant_comparison(func: ast.AST, dunder: str) -> bool:
     if isinstance(func, ast.Lambda):
         results: list[ast.AST | None] = [func.body]
     else:
-        results = [n.value for n in _own_nodes(func) if isinstance(n, ast.Return)]
+        results = [n.value for n in _nodes(func, _not_a_definition) if isinstance(n, ast.Return)]
         if not isinstance(func.body[-1], ast.Return | ast.Raise):
             results.append(None)  # falling off the end returns None
     truths = [_truth(r) for r in results]
     if results and all(t is cheat for t in truths):
         return True
-    reads_other = any(isinstance(n, ast.Name) and n.id == other for n in _outside_type_checks(func))
+    values = _nodes(func, _not_a_type_check)
+    reads_other = any(isinstance(n, ast.Name) and n.id == other for n in values)
     meaningful = [r for r in results if not (isinstance(r, ast.Name) and r.id == "NotImplemented")]
     return not reads_other and any(t is not (not cheat) for t in map(_truth, meaningful))
 
