@@ -18,6 +18,8 @@ Before any code of the workspace runs, the runner
   reaches the host's stdout unless it writes to the report descriptor itself; it makes
   itself non-dumpable, so child processes cannot reach that descriptor or its memory
   through /proc;
+- makes `_posixsubprocess.fork_exec`, which multiprocessing's spawn calls directly,
+  raise an audit event as `subprocess` does;
 - binds every primitive it reports with (`os.write`, the JSON string encoder, sha256,
   `os._exit`) to local names, so patching those modules later changes nothing here;
 - replaces `os._exit` (and `posix._exit`): in the runner's process it reports the call and
@@ -29,12 +31,24 @@ Before any code of the workspace runs, the runner
   `pytest.main`, refuses and reports the events that reach into the interpreter's memory
   or other processes: ctypes, the gc object graph, other threads' frames, tracing and
   profiling hooks, signals to processes, in-process exec, opening /proc/<pid>/mem, environ
-  or fd entries, writing, renaming or removing a protected (hidden test) file, and reading
-  a hidden test module from the workspace's own code (its expected values are the answers);
+  or fd entries, writing, renaming, linking or removing a protected (hidden test) file, and
+  reading a hidden test module (its expected values are the answers) when the innermost
+  frame of the repository's code asking is the workspace's own, through whatever library
+  it asks, or from any thread but the main one;
+- refuses starting a program from the workspace's code (or off the main thread) while
+  the tests are being collected, and afterwards starting a program, a fork or a thread
+  from the threads that were running by then (see Landlock below);
 - remembers which function every name of the runner's machinery is bound to (pytest,
   pluggy, builtins, os, sys, json, hashlib), and which pytest plugins and import hooks are
   in place once collection starts; a rebinding, a new non-conftest plugin, a new import
   hook, or a test module not imported from its own file is reported too.
+
+Once collection is done, the runner confines its main thread with Landlock where the kernel
+has it: from then on neither this process nor any process it starts can open a collected
+test module (or a hidden conftest) for reading; every other file stays readable. The
+processes the code under test starts (a `cat` of the test file) are why: the audit hook
+does not reach them. Where the kernel has no Landlock the verdicts are the same, and a
+child process can still read the tests (docs/environments.md).
 
 Records, one JSON object per line on the report channel:
 
@@ -53,6 +67,8 @@ what remains).
 
 from __future__ import annotations
 
+import _thread
+import contextlib
 import hashlib
 import json
 import os
@@ -85,17 +101,23 @@ _BLOCKED = frozenset(
 )
 _PR_SET_DUMPABLE = 4
 TAMPERED_EXIT = 86  # the status of a process that something other than the runner ended
-_PATH_EVENTS = {"os.rename": 2, "os.remove": 1, "os.rmdir": 1, "os.truncate": 1}
-# Standard-library files whose functions only pass a read on to open(): a read through them
-# is a read by their caller.
-_FILE_FUNCTIONS = frozenset(
-    {"pathlib.py", "codecs.py", "os.py", "genericpath.py", "shutil.py", "fileinput.py",
-     "tokenize.py", "io.py", "_pyio.py"}
-)  # fmt: skip
+_PATH_EVENTS = {"os.rename": 2, "os.remove": 1, "os.rmdir": 1, "os.truncate": 1, "os.link": 1}
+# Events that start a program: it has no audit hook, so only Landlock keeps it from reading
+# the tests, and only a thread confined before it started passes that on.
+_CHILD_EVENTS = frozenset(
+    {"subprocess.Popen", "os.system", "os.posix_spawn", "_posixsubprocess.fork_exec"}
+)
+# A fork or a thread keeps the hook, but it inherits its parent thread's confinement.
+_INHERITING_EVENTS = frozenset({"os.fork", "_thread.start_new_thread"})
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 # Modules whose functions the report depends on; rebinding one of their names is tampering.
-_WATCHED = ("builtins", "os", "posix", "sys", "json", "json.encoder", "hashlib", "io", "pytest")
+_WATCHED = ("builtins", "os", "posix", "sys", "json", "json.encoder", "hashlib", "io", "pytest",
+            "_posixsubprocess")  # fmt: skip
 _WATCHED_PREFIXES = ("_pytest.", "pluggy.")
+# Landlock (linux/landlock.h): the system calls, and the one access right confinement handles.
+_SYS_CREATE_RULESET, _SYS_ADD_RULE, _SYS_RESTRICT_SELF = 444, 445, 446
+_LANDLOCK_READ_FILE, _LANDLOCK_RULE_PATH_BENEATH = 1 << 2, 1
+_PR_SET_NO_NEW_PRIVS = 38
 
 
 def _reporter(fd: int) -> Emit:
@@ -121,32 +143,34 @@ def _reporter(fd: int) -> Emit:
 
 def _install_audit_hook(
     emit: Emit, protected: frozenset[str], safe_fspath: frozenset[Any], rootdir: str
-) -> None:
+) -> Callable[[list[str]], None]:
     """Install the audit hook, off until the event `fleetrl.grader.start`; nothing switches it
     off again, and what it refused is read back by `fleetrl.grader.blocked` (a list to fill):
-    no reference to its state outlives this call's frame."""
-    switch, blocked = [False], []
-    getcwd, join, normpath, realpath, fsdecode, basename, getframe = (
+    no reference to its state outlives this call's frame but the function returned, which
+    confines the main thread once collection is done (`_landlock`)."""
+    switch, blocked, collected, unconfined = [False], [], [False], set()
+    getcwd, join, normpath, realpath, fsdecode, getframe, listdir, thread = (
         os.getcwd, os.path.join, os.path.normpath, os.path.realpath, os.fsdecode,
-        os.path.basename, sys._getframe,
+        sys._getframe, os.listdir, _thread.get_native_id,
     )  # fmt: skip
     proc, events, path_events, write_flags = _PROC.fullmatch, _BLOCKED, _PATH_EVENTS, _WRITE_FLAGS
-    file_functions, runner = _FILE_FUNCTIONS, _install_audit_hook.__code__.co_filename
-    root = join(rootdir, "")
+    child_events, inheriting_events = _CHILD_EVENTS, _INHERITING_EVENTS
+    runner = _install_audit_hook.__code__.co_filename
+    root, main = join(rootdir, ""), thread()
     test_sources = frozenset(p for p in protected if p.endswith(".py"))
+    restrict = _landlock()
 
-    def read_by_workspace_code() -> bool:
-        # The code asking, past this runner's frames and the standard library's plain file
-        # functions: a module of the workspace other than the hidden tests is the agent's.
-        # pytest, and the import system behind a warning's source line, are not.
+    def asked_by_workspace() -> bool:
+        # The innermost frame of the repository's code decides, whatever library it called
+        # (pathlib, tarfile, linecache, a loader): a module of the workspace other than the
+        # hidden tests is the agent's. pytest, and the warnings machinery showing a test's
+        # line, read with no repository frame below them.
         frame = getframe(1)
         while frame is not None:
             name = frame.f_code.co_filename
-            outside = not name.startswith(root)
-            if name == runner or (outside and basename(name) in file_functions):
-                frame = frame.f_back
-                continue
-            return not outside and normpath(name) not in protected
+            if name.startswith(root) and name != runner:
+                return normpath(name) not in protected
+            frame = frame.f_back
         return False
 
     def paths(value: object) -> list[str]:
@@ -176,12 +200,22 @@ def _install_audit_hook(
             )  # fmt: skip
             if writes and protected.intersection(named):
                 return f"write {named[0]}"
-            if not writes and test_sources.intersection(named) and read_by_workspace_code():
+            reads = not writes and test_sources.intersection(named)
+            if reads and (thread() != main or asked_by_workspace()):
                 return f"read {named[0]}"
         elif event in path_events:
             for arg in args[: path_events[event]]:
                 if isinstance(arg, str | bytes) and protected.intersection(paths(arg)):
                     return f"{event} {fsdecode(arg)}"
+        elif event in child_events:
+            if collected[0]:
+                return f"{event} from a thread started before confinement" if (
+                    thread() in unconfined
+                ) else None  # fmt: skip
+            if thread() != main or asked_by_workspace():
+                return f"{event} while the tests are collected"
+        elif event in inheriting_events and thread() in unconfined:
+            return f"{event} from a thread started before confinement"
         return None
 
     def hook(event: str, args: tuple[object, ...]) -> None:
@@ -197,7 +231,74 @@ def _install_audit_hook(
             emit({"kind": "blocked", "event": reason})
             raise RuntimeError(f"refused by the grader: {reason}")
 
+    def confine(modules: list[str]) -> None:
+        # Once, from the main thread: the threads running by now keep their access, so
+        # they may no longer start processes or threads (see `refusal`).
+        if collected[0] or thread() != main:
+            emit({"kind": "blocked", "event": "confinement asked twice or off the main thread"})
+            return
+        with contextlib.suppress(OSError):  # no /proc: the running threads look like none
+            unconfined.update(int(t) for t in listdir("/proc/self/task"))
+        unconfined.discard(main)
+        conftests = [p for p in test_sources if p.endswith("/conftest.py")]
+        restrict([realpath(p) for p in [*modules, *conftests]])
+        collected[0] = True
+
     sys.addaudithook(hook)
+    return confine
+
+
+def _landlock() -> Callable[[list[str]], None]:
+    """A function that keeps the calling thread, and every thread and process it starts
+    later, from opening the given files for reading; every other file stays readable. It
+    changes nothing where the kernel has no Landlock or a grant cannot be made. The buffers
+    are made here, before the audit hook is on: ctypes raises events that the hook refuses."""
+    import ctypes
+    import struct
+
+    libc = ctypes.CDLL(None)
+    syscall, prctl, pack_into = libc.syscall, libc.prctl, struct.pack_into
+    handled = ctypes.create_string_buffer(struct.pack("=Q", _LANDLOCK_READ_FILE), 8)
+    size, rule = ctypes.c_size_t(8), ctypes.create_string_buffer(12)  # __packed__ {u64, s32}
+    listdir, join, dirname = os.listdir, os.path.join, os.path.dirname
+    open_path = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
+
+    def readable_around(hidden: set[str]) -> list[str]:
+        # Rules only grant: grant every entry of the hidden files' folders and of those
+        # folders' parents, except the hidden files and the way down to them.
+        ancestors = {"/"}
+        for path in hidden:
+            while path != "/":
+                path = dirname(path)
+                ancestors.add(path)
+        return [
+            join(folder, name)
+            for folder in ancestors
+            for name in listdir(folder)
+            if join(folder, name) not in ancestors | hidden
+        ]
+
+    def restrict(files: list[str]) -> None:
+        ruleset = syscall(_SYS_CREATE_RULESET, handled, size, 0)
+        if ruleset < 0:
+            return
+        try:
+            for path in readable_around(set(files)):
+                fd = os.open(path, open_path)
+                try:
+                    pack_into("=Qi", rule, 0, _LANDLOCK_READ_FILE, fd)
+                    if syscall(_SYS_ADD_RULE, ruleset, _LANDLOCK_RULE_PATH_BENEATH, rule, 0):
+                        return  # a grant missing would refuse honest reads: confine nothing
+                finally:
+                    os.close(fd)
+            if prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0:
+                syscall(_SYS_RESTRICT_SELF, ruleset, 0)
+        except OSError:
+            return  # an entry that cannot be listed or opened: the same
+        finally:
+            os.close(ruleset)
+
+    return restrict
 
 
 def _guard_exit(emit: Emit, leave: Callable[[int], Any]) -> None:
@@ -215,6 +316,21 @@ def _guard_exit(emit: Emit, leave: Callable[[int], Any]) -> None:
         leave(status)
 
     os._exit = posix._exit = guarded_exit
+
+
+def _audit_fork_exec() -> None:
+    """Make `_posixsubprocess.fork_exec` raise an audit event: multiprocessing's spawn and
+    forkserver start their interpreters through it directly, where `subprocess` raises
+    `subprocess.Popen` first."""
+    import _posixsubprocess
+
+    fork_exec, audit = _posixsubprocess.fork_exec, sys.audit
+
+    def audited_fork_exec(*args: Any) -> int:
+        audit("_posixsubprocess.fork_exec", args[0] if args else None)
+        return fork_exec(*args)
+
+    _posixsubprocess.fork_exec = audited_fork_exec
 
 
 def _bindings() -> dict[tuple[str, str], object]:
@@ -236,8 +352,15 @@ def _bindings() -> dict[tuple[str, str], object]:
 class _ReportPlugin:
     """The report plugin, passed to pytest as an object: there is no module name to shadow."""
 
-    def __init__(self, emit: Emit, rootdir: str, sha256: Callable[[bytes], Any]) -> None:
-        self.emit, self.rootdir, self.sha256 = emit, rootdir, sha256
+    def __init__(
+        self,
+        emit: Emit,
+        rootdir: str,
+        sha256: Callable[[bytes], Any],
+        confine: Callable[[list[str]], None],
+    ) -> None:
+        self.emit, self.rootdir, self.sha256, self.confine = emit, rootdir, sha256, confine
+        self.test_modules: list[str] = []
         self.plugins: set[int] = set()
         self.importers: list[object] = []
         self.modules: set[int] = set()
@@ -266,11 +389,16 @@ class _ReportPlugin:
             digest = self.sha256(f.read()).hexdigest()
         path = os.path.relpath(collector.path, self.rootdir)
         self.emit({"kind": "collected", "path": path, "sha256": digest})
+        self.test_modules.append(str(collector.path))
         importers = [*sys.meta_path, None, *sys.path_hooks]
         if len(importers) != len(self.importers) or any(
             a is not b for a, b in zip(importers, self.importers, strict=True)
         ):
             self.emit({"kind": "blocked", "event": "import hooks changed"})
+
+    def pytest_collection_finish(self) -> None:
+        """Every test module is imported: from now on no process can read one."""
+        self.confine(self.test_modules)
 
     def pytest_itemcollected(self, item: Any) -> None:
         """Check that each test's module was imported from its file (a package or a planted
@@ -318,13 +446,14 @@ def main(spec: dict[str, object]) -> None:
     ctypes.CDLL(None).prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
 
     safe = frozenset({pathlib.PurePath.__fspath__, LocalPath.__fspath__})
-    _install_audit_hook(emit, protected, safe, rootdir)
+    confine = _install_audit_hook(emit, protected, safe, rootdir)
     os.register_at_fork(after_in_child=lambda: os.close(report_fd))
     _guard_exit(emit, leave)
+    _audit_fork_exec()
     sys.path.append(rootdir)
     args = ["-q", "-p", "no:cacheprovider", "--import-mode=append", f"--rootdir={rootdir}"]
     args += [f"--confcutdir={rootdir}", "-c", str(spec["config"]), "--", *spec["tests"]]  # type: ignore[misc]
-    plugin = _ReportPlugin(emit, rootdir, sha256)
+    plugin = _ReportPlugin(emit, rootdir, sha256, confine)
     before = _bindings()
     sys.audit("fleetrl.grader.start")
     code = int(pytest.main(args, plugins=[plugin]))

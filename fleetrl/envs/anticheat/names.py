@@ -36,17 +36,22 @@ _TAMPER_NAMES = {
     "traceback.extract_stack", "traceback.walk_stack", "traceback.walk_tb",
     "traceback.format_stack", "traceback.print_stack", "traceback.StackSummary",
     "traceback.extract_tb", "linecache.getline", "linecache.getlines", "linecache.cache",
+    # A module by a name computed at run time: the hidden test module, already imported.
+    "pkgutil.resolve_name", "pydoc.locate", "pydoc.safeimport", "pydoc.importfile",
 }  # fmt: skip
 _TAMPER_PREFIXES = _TAMPER_MODULES | _TAMPER_NAMES
 # Namespaces whose members may not be reached by a computed name.
 SENSITIVE_ROOTS = _TAMPER_MODULES | _IMPORT_FLAGGED | {"sys", "os", "posix", "nt", "signal",
-                   "threading", "_thread", "traceback", "linecache", "<globals>"}  # fmt: skip
+                   "threading", "_thread", "traceback", "linecache", "pkgutil", "pydoc",
+                   "<globals>"}  # fmt: skip
 _EXIT_NAMES = {"sys.exit", "os._exit", "os.abort", "os.kill", "os.killpg", "os.execv",
                "os.execve", "os.execl", "os.execle", "os.execlp", "os.execlpe", "os.execvp",
                "os.execvpe", "os.fexecve", "signal.raise_signal", "signal.pthread_kill",
                "_thread.interrupt_main", "builtins.exit", "builtins.quit"}  # fmt: skip
 _ALWAYS_EQUAL_NAMES = {"unittest.mock.ANY", "mock.ANY"}
-_DYNAMIC_NAMES = {"pickle.loads", "_pickle.loads", "types.CodeType", "types.FunctionType"}
+_DYNAMIC_NAMES = {"pickle.loads", "_pickle.loads", "pickle.load", "_pickle.load",
+                  "pickle.Unpickler", "_pickle.Unpickler", "types.CodeType",
+                  "types.FunctionType"}  # fmt: skip
 TEST_MODULE = re.compile(r"(^|\.)(test_\w*|\w*_test|conftest|tests?)(\.|$)")
 _GLOBALS = "<globals>"
 _TRACKED_ROOTS = SENSITIVE_ROOTS | {"pickle", "_pickle", "types", "mock", "getattr", "setattr",

@@ -146,6 +146,15 @@ def grade_sandbox(t: Target, root: Path, cheat: Any) -> VerifyResult:
     return verify(t.task, changes)
 
 
+def has_landlock() -> bool:
+    """Whether this kernel offers Landlock, which the grader uses to keep processes the code
+    under test starts from reading the hidden tests."""
+    import ctypes
+
+    libc = ctypes.CDLL(None)
+    return libc.syscall(444, None, ctypes.c_size_t(0), 1) > 0  # the ABI version
+
+
 def has_c_compiler() -> bool:
     """Whether a C compiler is on PATH (the compiled-extension cheat needs one)."""
     return shutil.which("cc") is not None

@@ -182,6 +182,21 @@ def test_a_warning_that_points_into_the_hidden_tests_is_honest(task, workspace):
     assert result.reward == 1 and result.flags == []
 
 
+def test_hidden_tests_may_start_programs_while_collected_and_run(task, tmp_path):
+    # Only the workspace's code may not start programs while the tests are collected: the
+    # hidden tests' own (a fixture built by a tool, a command under test) are theirs.
+    test_patch = task.test_patch.replace(
+        "@@ -0,0 +1,13 @@\n+from nkims import nkims\n",
+        "@@ -0,0 +1,16 @@\n+import subprocess\n+subprocess.run(['true'], check=True)\n"
+        "+from nkims import nkims\n",
+    ).replace("+def test_1():\n", "+def test_1():\n+    subprocess.run(['true'], check=True)\n")
+    spawning = dataclasses.replace(task, test_patch=test_patch)
+    workspace = checkout(spawning, tmp_path / "ws")
+    apply_patch(workspace, spawning.patch)
+    result = verify_workspace(spawning, workspace)
+    assert result.reward == 1 and result.flags == [], result
+
+
 def test_pre_existing_constructs_are_not_flagged(task, workspace):
     # A construct already in the base file is not the agent's doing.
     repo = ensure_repo(task)

@@ -40,6 +40,10 @@ from tests.unit.envs.anticheat.nkims_task import FIXED, flags_of
         (b"import glob\nfiles = glob.glob('test_*')\n", "runner_tampering"),
         (b"import threading\nthreading.settrace(print)\n", "runner_tampering"),
         (b"import traceback\nlines = traceback.extract_stack()\n", "runner_tampering"),
+        (b"import pkgutil\ntests = pkgutil.resolve_name(input())\n", "runner_tampering"),
+        (b"from pydoc import locate\ntests = locate(input())\n", "runner_tampering"),
+        (b"import pkgutil\nfind = getattr(pkgutil, 'resolve' + '_name')\n", "runner_tampering"),
+        (b"import io, pickle\npickle.Unpickler(io.BytesIO(b'')).load()\n", "dynamic_code"),
     ],
 )
 def test_names_are_resolved_through_aliases_and_namespaces(source, flag):
@@ -55,6 +59,7 @@ def test_names_are_resolved_through_aliases_and_namespaces(source, flag):
         b"import traceback\ntry:\n    1 / 0\nexcept ZeroDivisionError as e:\n"
         b"    text = traceback.format_exc() + str(e.args)\n",
         b"import re\nPATTERN = re.compile(r'[a-z]+')\n",
+        b"import pkgutil\nNAMES = [m.name for m in pkgutil.iter_modules()]\n",
         b"value = eval('1 + 1')\n",
         b"exit_code = 0\nquit_after = 3\n",
         b"d = {}\nkey = 'x'\nd[key] = 1\n",
