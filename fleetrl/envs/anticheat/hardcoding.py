@@ -6,11 +6,13 @@ one-line asserts of a fragment); `hardcodes(node, facts)` says whether a branch,
 `case`, a mapping or a literal table pairs them (the `hardcoded_test_values` flag).
 Values compare up to the type they are spelt in (`_key`), and an expression of literals
 counts as the value it computes (`22 * 2`, `int('44')`); only significant literals count
-(not 0, 1, True, '').
+(not 0, 1, True, ''). Parts of an input count when paired with that call's answer: a
+branch on one element of a hidden list (`if j[0] == 4: return 44`, `case [4, *_]`) or a
+mapping from an element to the answer (`{4: 44}[j[0]]`).
 
 What is not covered: hard-coding keyed by values that are not literals of the hidden
-tests, or by literals the tests compute rather than spell; branches on parts of an input
-(`j[0] == 4 and j[1] == 8`); in a fragment, asserts that span several lines.
+tests, or by literals the tests compute rather than spell; parts of strings, and parts
+compared other than by `==` (`j[0] > 3`); in a fragment, asserts that span several lines.
 """
 
 from __future__ import annotations
@@ -83,6 +85,8 @@ class TestFacts:
     expected: list[Any]  # every literal an assert compares a call with
     input_keys: set[Hashable] = field(default_factory=set)  # inputs, normalised (`_key`)
     expected_keys: set[Hashable] = field(default_factory=set)  # expected, normalised
+    # an element of a list or tuple argument -> the answers of the calls it was passed to
+    part_answers: dict[Hashable, set[Hashable]] = field(default_factory=dict)
 
 
 def test_facts(test_sources: Iterable[str]) -> TestFacts:
@@ -92,15 +96,18 @@ def test_facts(test_sources: Iterable[str]) -> TestFacts:
     nodes = [node for source in test_sources for tree in _trees(source) for node in ast.walk(tree)]
     for node in nodes:
         if isinstance(node, ast.Assert) and isinstance(node.test, ast.Compare):
-            for side in [node.test.left, *node.test.comparators]:
-                if isinstance(side, ast.Call):
-                    _add_inputs(facts, [_literal(a) for a in side.args])
-                elif _significant(value := _literal(side)):
-                    facts.expected.append(value)
+            sides = [node.test.left, *node.test.comparators]
+            calls = [[_literal(a) for a in s.args] for s in sides if isinstance(s, ast.Call)]
+            values = [_literal(s) for s in sides if not isinstance(s, ast.Call)]
+            values = [value for value in values if _significant(value)]
+            facts.expected += values
+            for inputs in calls:
+                _add_inputs(facts, inputs, values)
         elif isinstance(node, ast.Call) and _called(node) == "parametrize":
             for inputs, expected in _parametrized(node):
-                _add_inputs(facts, inputs)
-                facts.expected += [value for value in expected if _significant(value)]
+                values = [value for value in expected if _significant(value)]
+                facts.expected += values
+                _add_inputs(facts, inputs, values)
     for value in facts.inputs:
         facts.input_keys.add(_key(value))
         if not isinstance(value, int | float):  # how a container or string prints
@@ -109,11 +116,17 @@ def test_facts(test_sources: Iterable[str]) -> TestFacts:
     return facts
 
 
-def _add_inputs(facts: TestFacts, values: list[Any]) -> None:
-    """One call's arguments: each significant one, and all of them as a tuple."""
+def _add_inputs(facts: TestFacts, values: list[Any], answers: list[Any]) -> None:
+    """One call's arguments: each significant one, all of them as a tuple, and each
+    significant element of a list or tuple argument paired with the call's answers."""
     facts.inputs += [value for value in values if _significant(value)]
     if len(values) > 1:
         facts.inputs.append(tuple(values))
+    answer_keys = {_key(answer) for answer in answers}
+    for value in values:
+        for part in value if isinstance(value, list | tuple) else ():
+            if _significant(part) and not isinstance(part, list | tuple | dict | set):
+                facts.part_answers.setdefault(_key(part), set()).update(answer_keys)
 
 
 def _called(call: ast.Call) -> str:
@@ -222,6 +235,32 @@ def _tested(test: ast.AST) -> set[Hashable]:
     return _keys(sides)
 
 
+def _compared_parts(test: ast.AST) -> set[Hashable]:
+    """Literals a condition says an element equals (`j[0] == 4`)."""
+    out: set[Hashable] = set()
+    for node in ast.walk(test):
+        if isinstance(node, ast.Compare) and all(isinstance(op, ast.Eq) for op in node.ops):
+            sides = [node.left, *node.comparators]
+            if any(isinstance(side, ast.Subscript) for side in sides):
+                out |= _keys(side for side in sides if not isinstance(side, ast.Subscript))
+    return out
+
+
+def _pairs_parts(parts: set[Hashable], answers: set[Hashable], facts: TestFacts) -> bool:
+    """Whether one of `parts` is an element of a hidden input whose answer is in `answers`."""
+    return any(facts.part_answers.get(part, set()) & answers for part in parts)
+
+
+def _pattern_parts(pattern: ast.pattern) -> set[Hashable]:
+    """The literal elements a sequence pattern names (`case [4, *_]`)."""
+    out: set[Hashable] = set()
+    for node in ast.walk(pattern):
+        if isinstance(node, ast.MatchSequence):
+            values = [_literal(p.value) for p in node.patterns if isinstance(p, ast.MatchValue)]
+            out |= {_key(v) for v in values if _significant(v)}
+    return out
+
+
 def _pattern_values(pattern: ast.pattern) -> list[Any]:
     """The literal values a `case` pattern matches (sequences as tuples)."""
     if isinstance(pattern, ast.MatchValue):
@@ -254,18 +293,25 @@ def hardcodes(node: ast.AST, facts: TestFacts) -> bool:
     inputs, expected = facts.input_keys, facts.expected_keys
     if not expected:
         return False
-    if isinstance(node, ast.If):
-        return bool(_tested(node.test) & inputs and _produced(node.body) & expected)
-    if isinstance(node, ast.IfExp):
-        return bool(_tested(node.test) & inputs and _keys([node.body]) & expected)
+    if isinstance(node, ast.If | ast.IfExp):
+        produced = _produced(node.body) if isinstance(node, ast.If) else _keys([node.body])
+        if _tested(node.test) & inputs and produced & expected:
+            return True
+        return _pairs_parts(_compared_parts(node.test), produced, facts)
     if isinstance(node, ast.match_case):
         # `match args:` puts a one-argument call's input inside a 1-sequence: look inside.
         values = _pattern_values(node.pattern)
         values += [v[0] for v in values if isinstance(v, tuple) and len(v) == 1]
         tested = {_key(v) for v in values if _significant(v)}
-        return bool(tested & inputs and _produced(node.body) & expected)
+        produced = _produced(node.body)
+        if tested & inputs and produced & expected:
+            return True
+        return _pairs_parts(_pattern_parts(node.pattern), produced, facts)
     if isinstance(node, ast.Dict):
         if _keys(node.keys) & inputs and _keys(node.values) & expected:
+            return True
+        pairs = zip(node.keys, node.values, strict=True)
+        if any(_pairs_parts(_keys([k]), _keys([v]), facts) for k, v in pairs):
             return True
         return len(_keys(node.values) & expected) >= 2
     if isinstance(node, ast.List | ast.Tuple | ast.Set):

@@ -27,6 +27,11 @@ from tests.unit.envs.anticheat.nkims_task import FACTS, FIXED, flags_of
         b"    if j == [2 * 2, 8]:\n        return -(-44)\n",
         b"    if j == [4, 8]:\n        return int('4' + '4')\n",
         b"    if [j] == [[4, 8]]:\n        return 44\n",  # the arguments as a sequence
+        b"    if j[0] == 4 and j[1] == 8:\n        return 44\n",  # parts of the input
+        b"    if j[0] == 4:\n        return 44\n",
+        b"    return 44 if j[-1] == 8 and j[0] == 4 else 0\n",
+        b"    return {4: 44}.get(j[0], 0)\n",
+        b"    match j:\n        case [4, *_]:\n            return 44\n",
     ],
 )
 def test_hard_coded_answers_are_caught_whatever_type_keys_them(cheat):
@@ -42,6 +47,9 @@ def test_hard_coded_answers_are_caught_whatever_type_keys_them(cheat):
         b"def nkims(j):\n    if len(j) == 44:\n        return 0\n    return sum(j)\n",
         b"LIMITS = (44, 7)\n\n\ndef nkims(j):\n    return min(LIMITS[0], len(j))\n",
         b"def nkims(j):\n    match j:\n        case []:\n            return 0\n    return j[0]\n",
+        # an element of one hidden input with another input's answer pairs nothing
+        b"def nkims(j):\n    if j[0] == 4:\n        return 80\n    return 0\n",
+        b"def nkims(j):\n    if j[0] > 4:\n        return 44\n    return 0\n",
     ],
 )
 def test_code_that_merely_mentions_a_test_literal_is_not_hard_coding(source):
