@@ -134,7 +134,8 @@ def test_pool_serves_fresh_sandboxes_and_bursts(base: Path) -> None:
 
         with ThreadPoolExecutor(max_workers=8) as executor:
             assert list(executor.map(use, range(8))) == [f"{i}\n" for i in range(8)]
-        assert pool.stats.served_cold > 0  # the burst outran the pool and still succeeded
+        # Whether the burst outran the refill depends on scheduling: count, don't guess.
+        assert pool.stats.served_warm + pool.stats.served_cold == 10
 
         async def use_async() -> str:
             async with pool.acquire_async() as sb:
@@ -145,6 +146,13 @@ def test_pool_serves_fresh_sandboxes_and_bursts(base: Path) -> None:
         assert pool.wait_ready(timeout=10)
         watches = [_watch_sandbox(sb) for sb in pool._ready]
     assert all(_unmounted(w) for w in watches)  # closing the pool tore down the spares
+
+
+def test_an_empty_pool_still_serves_creating_on_the_spot(base: Path) -> None:
+    # What a burst beyond the ready sandboxes gets, without depending on timing.
+    with SandboxPool(base, size=0) as pool, pool.acquire() as sb:
+        assert sb.exec("cat f.txt").stdout == "base\n"
+    assert (pool.stats.served_warm, pool.stats.served_cold) == (0, 1)
 
 
 def test_pool_reports_bad_input_to_the_caller(tmp_path: Path) -> None:
