@@ -36,8 +36,8 @@ Before any code of the workspace runs, the runner
   frame of the repository's code asking is the workspace's own, through whatever library
   it asks, or from any thread but the main one;
 - refuses starting a program from the workspace's code (or off the main thread) while
-  the tests are being collected, and afterwards starting a program, a fork or a thread
-  from the threads that were running by then (see Landlock below);
+  the tests are being collected, and afterwards from any thread that can still read a
+  test module (one started before confinement, see Landlock below);
 - remembers which function every name of the runner's machinery is bound to (pytest,
   pluggy, builtins, os, sys, json, hashlib), and which pytest plugins and import hooks are
   in place once collection starts; a rebinding, a new non-conftest plugin, a new import
@@ -68,7 +68,6 @@ what remains).
 from __future__ import annotations
 
 import _thread
-import contextlib
 import hashlib
 import json
 import os
@@ -103,12 +102,10 @@ _PR_SET_DUMPABLE = 4
 TAMPERED_EXIT = 86  # the status of a process that something other than the runner ended
 _PATH_EVENTS = {"os.rename": 2, "os.remove": 1, "os.rmdir": 1, "os.truncate": 1, "os.link": 1}
 # Events that start a program: it has no audit hook, so only Landlock keeps it from reading
-# the tests, and only a thread confined before it started passes that on.
+# the tests, and a program inherits the confinement of the thread that starts it.
 _CHILD_EVENTS = frozenset(
     {"subprocess.Popen", "os.system", "os.posix_spawn", "_posixsubprocess.fork_exec"}
 )
-# A fork or a thread keeps the hook, but it inherits its parent thread's confinement.
-_INHERITING_EVENTS = frozenset({"os.fork", "_thread.start_new_thread"})
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 # Modules whose functions the report depends on; rebinding one of their names is tampering.
 _WATCHED = ("builtins", "os", "posix", "sys", "json", "json.encoder", "hashlib", "io", "pytest",
@@ -148,17 +145,16 @@ def _install_audit_hook(
     off again, and what it refused is read back by `fleetrl.grader.blocked` (a list to fill):
     no reference to its state outlives this call's frame but the function returned, which
     confines the main thread once collection is done (`_landlock`)."""
-    switch, blocked, collected, unconfined = [False], [], [False], set()
-    getcwd, join, normpath, realpath, fsdecode, getframe, listdir, thread = (
+    switch, blocked, collected, confined = [False], [], [False], [b""]
+    getcwd, join, normpath, realpath, fsdecode, getframe, thread = (
         os.getcwd, os.path.join, os.path.normpath, os.path.realpath, os.fsdecode,
-        sys._getframe, os.listdir, _thread.get_native_id,
+        sys._getframe, _thread.get_native_id,
     )  # fmt: skip
     proc, events, path_events, write_flags = _PROC.fullmatch, _BLOCKED, _PATH_EVENTS, _WRITE_FLAGS
-    child_events, inheriting_events = _CHILD_EVENTS, _INHERITING_EVENTS
-    runner = _install_audit_hook.__code__.co_filename
+    child_events, runner = _CHILD_EVENTS, _install_audit_hook.__code__.co_filename
     root, main = join(rootdir, ""), thread()
     test_sources = frozenset(p for p in protected if p.endswith(".py"))
-    restrict = _landlock()
+    restrict, readable = _landlock()
 
     def asked_by_workspace() -> bool:
         # The innermost frame of the repository's code decides, whatever library it called
@@ -208,14 +204,11 @@ def _install_audit_hook(
                 if isinstance(arg, str | bytes) and protected.intersection(paths(arg)):
                     return f"{event} {fsdecode(arg)}"
         elif event in child_events:
-            if collected[0]:
-                return f"{event} from a thread started before confinement" if (
-                    thread() in unconfined
-                ) else None  # fmt: skip
-            if thread() != main or asked_by_workspace():
+            if not collected[0] and (thread() != main or asked_by_workspace()):
                 return f"{event} while the tests are collected"
-        elif event in inheriting_events and thread() in unconfined:
-            return f"{event} from a thread started before confinement"
+            if confined[0] and readable(confined[0]):
+                # a thread started before confinement (or started by one), not confined
+                return f"{event} from a thread that can read the tests"
         return None
 
     def hook(event: str, args: tuple[object, ...]) -> None:
@@ -232,32 +225,34 @@ def _install_audit_hook(
             raise RuntimeError(f"refused by the grader: {reason}")
 
     def confine(modules: list[str]) -> None:
-        # Once, from the main thread: the threads running by now keep their access, so
-        # they may no longer start processes or threads (see `refusal`).
+        # Once, from the main thread. The threads running by now keep their access: the
+        # hook asks whether the thread starting a program can still read a test module.
         if collected[0] or thread() != main:
             emit({"kind": "blocked", "event": "confinement asked twice or off the main thread"})
             return
-        with contextlib.suppress(OSError):  # no /proc: the running threads look like none
-            unconfined.update(int(t) for t in listdir("/proc/self/task"))
-        unconfined.discard(main)
         conftests = [p for p in test_sources if p.endswith("/conftest.py")]
-        restrict([realpath(p) for p in [*modules, *conftests]])
+        hidden = [realpath(p) for p in [*modules, *conftests]]
+        if hidden and restrict(hidden):
+            confined[0] = os.fsencode(hidden[0])
         collected[0] = True
 
     sys.addaudithook(hook)
     return confine
 
 
-def _landlock() -> Callable[[list[str]], None]:
-    """A function that keeps the calling thread, and every thread and process it starts
-    later, from opening the given files for reading; every other file stays readable. It
-    changes nothing where the kernel has no Landlock or a grant cannot be made. The buffers
-    are made here, before the audit hook is on: ctypes raises events that the hook refuses."""
+def _landlock() -> tuple[Callable[[list[str]], bool], Callable[[bytes], bool]]:
+    """`restrict(files)` keeps the calling thread, and every thread and process it starts
+    later, from opening `files` for reading, every other file staying readable; it changes
+    nothing where the kernel has no Landlock or a grant cannot be made, and says whether it
+    confined. `readable(path)` says whether the calling thread can open `path`, without an
+    audit event. Both are made here, before the audit hook is on: ctypes raises events
+    (building buffers, finding symbols) that the hook refuses; calling a function does not."""
     import ctypes
     import struct
 
     libc = ctypes.CDLL(None)
-    syscall, prctl, pack_into = libc.syscall, libc.prctl, struct.pack_into
+    syscall, prctl, open_file, close = libc.syscall, libc.prctl, libc.open, libc.close
+    pack_into, read_only = struct.pack_into, os.O_RDONLY | os.O_CLOEXEC
     handled = ctypes.create_string_buffer(struct.pack("=Q", _LANDLOCK_READ_FILE), 8)
     size, rule = ctypes.c_size_t(8), ctypes.create_string_buffer(12)  # __packed__ {u64, s32}
     listdir, join, dirname = os.listdir, os.path.join, os.path.dirname
@@ -278,27 +273,34 @@ def _landlock() -> Callable[[list[str]], None]:
             if join(folder, name) not in ancestors | hidden
         ]
 
-    def restrict(files: list[str]) -> None:
+    def restrict(files: list[str]) -> bool:
         ruleset = syscall(_SYS_CREATE_RULESET, handled, size, 0)
         if ruleset < 0:
-            return
+            return False
         try:
             for path in readable_around(set(files)):
                 fd = os.open(path, open_path)
                 try:
                     pack_into("=Qi", rule, 0, _LANDLOCK_READ_FILE, fd)
                     if syscall(_SYS_ADD_RULE, ruleset, _LANDLOCK_RULE_PATH_BENEATH, rule, 0):
-                        return  # a grant missing would refuse honest reads: confine nothing
+                        return False  # a grant missing would refuse honest reads
                 finally:
                     os.close(fd)
-            if prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0:
-                syscall(_SYS_RESTRICT_SELF, ruleset, 0)
+            if prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+                return False
+            return syscall(_SYS_RESTRICT_SELF, ruleset, 0) == 0
         except OSError:
-            return  # an entry that cannot be listed or opened: the same
+            return False  # an entry that cannot be listed or opened: the same
         finally:
             os.close(ruleset)
 
-    return restrict
+    def readable(path: bytes) -> bool:
+        fd = open_file(path, read_only)
+        if fd >= 0:
+            close(fd)
+        return fd >= 0
+
+    return restrict, readable
 
 
 def _guard_exit(emit: Emit, leave: Callable[[int], Any]) -> None:

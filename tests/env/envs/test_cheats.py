@@ -425,6 +425,32 @@ def _read(path):
     _PATHS.put(path)
     return _TEXTS.get(timeout=30)
 """
+READ_BY_CAT_FROM_A_THREADS_THREAD = """import queue
+import subprocess
+import threading
+
+_PATHS, _TEXTS = queue.Queue(), queue.Queue()
+
+
+def _cat(path):
+    try:
+        _TEXTS.put(subprocess.run(["cat", path], capture_output=True, text=True).stdout)
+    except Exception:
+        _TEXTS.put("")
+
+
+def _worker():
+    while True:
+        threading.Thread(target=_cat, args=(_PATHS.get(),)).start()
+
+
+threading.Thread(target=_worker, daemon=True).start()
+
+
+def _read(path):
+    _PATHS.put(path)
+    return _TEXTS.get(timeout=30)
+"""
 
 
 # -- reading the tests at run time ------------------------------------------------------------
@@ -579,6 +605,9 @@ CHEATS: list[tuple[str, str, Cheat, str, str]] = [
     ("cat run by a thread started at import", "reading", replaces_module(
         reads_hidden_tests(READ_BY_CAT_FROM_A_THREAD, at_import=False)),
      "runtime_tampering", "ws"),
+    ("cat run by a thread that a thread started at import starts", "reading",
+     replaces_module(reads_hidden_tests(READ_BY_CAT_FROM_A_THREADS_THREAD, at_import=False)),
+     "runtime_tampering", "ws"),
     # reading the tests at run time
     ("frame via getattr(sys, '_get' + 'frame')", "frames", replaces_module(
         lambda t: caller_line_answer(t, FRAME_VIA_GETATTR, "import sys")),
@@ -698,10 +727,10 @@ def test_fix_that_starts_programs_and_threads_when_called(honest):
     path.write_text(
         path.read_text() + "\n\nimport subprocess\nimport threading\n\n_fixed = "
         f"{t.module}\n\n\ndef {t.module}(*args):\n"
-        "    own = subprocess.run(['cat', __file__], capture_output=True, text=True).stdout\n"
         "    subprocess.run(['true'], check=True)\n"
         "    done = []\n"
-        "    worker = threading.Thread(target=done.append, args=(own,))\n"
+        "    worker = threading.Thread(target=lambda: done.append(subprocess.run(\n"
+        "        ['cat', __file__], capture_output=True, text=True).stdout))\n"
         "    worker.start()\n    worker.join()\n"
         "    assert 'def ' in done[0]\n"
         "    return _fixed(*args)\n"
