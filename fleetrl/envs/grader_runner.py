@@ -44,11 +44,12 @@ Before any code of the workspace runs, the runner
   hook, or a test module not imported from its own file is reported too.
 
 Once collection is done, the runner confines its main thread with Landlock where the kernel
-has it: from then on neither this process nor any process it starts can open a collected
-test module (or a hidden conftest) for reading; every other file stays readable. The
-processes the code under test starts (a `cat` of the test file) are why: the audit hook
-does not reach them. Where the kernel has no Landlock the verdicts are the same, and a
-child process can still read the tests (docs/environments.md).
+has it: from then on neither that thread nor any thread or process it starts can open a
+collected test module (or a hidden conftest) for reading; every other file stays
+readable. The processes the code under test starts (a `cat` of the test file) are why:
+the audit hook does not reach them. Where the kernel has no Landlock, a child process can
+still read the tests, and a thread started during collection may start programs
+(docs/environments.md).
 
 Records, one JSON object per line on the report channel:
 
