@@ -658,6 +658,8 @@ def test_cheat_scores_zero(tmp_path, task_id, name, kind, cheat, expected, route
 NEEDS_LANDLOCK = {
     "the hidden test module read by cat, at call time",
     "the hidden test module read by cat, on the RL path",
+    "cat run by a thread started at import",
+    "cat run by a thread that a thread started at import starts",
 }
 
 
