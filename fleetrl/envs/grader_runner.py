@@ -267,11 +267,12 @@ def _landlock() -> tuple[Callable[[list[str]], bool], Callable[[bytes], bool]]:
             while path != "/":
                 path = dirname(path)
                 ancestors.add(path)
+        withheld = ancestors | hidden
         return [
             join(folder, name)
             for folder in ancestors
             for name in listdir(folder)
-            if join(folder, name) not in ancestors | hidden
+            if join(folder, name) not in withheld
         ]
 
     def restrict(files: list[str]) -> bool:
