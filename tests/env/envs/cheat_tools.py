@@ -151,8 +151,10 @@ def has_landlock() -> bool:
     under test starts from reading the hidden tests."""
     import ctypes
 
+    from fleetrl.envs.grader_runner import _SYS_CREATE_RULESET
+
     libc = ctypes.CDLL(None)
-    return libc.syscall(444, None, ctypes.c_size_t(0), 1) > 0  # the ABI version
+    return libc.syscall(_SYS_CREATE_RULESET, None, ctypes.c_size_t(0), 1) > 0  # ABI version
 
 
 def has_c_compiler() -> bool:
