@@ -1,7 +1,7 @@
 """Pretraining on Python source code: the step before SFT that every open-weights model has had.
 
     the machine's .py files (standard library, installed packages; no tests, no fleetrl)
-        ─▶ shuffled by a seed, the last few kept for validation
+        ─▶ shuffled by a seed (the script keeps the last few for validation)
         ─▶ tokens, each file ended by <eos>, packed into rows of a fixed length
         ─▶ fleetrl.trainer.sft.train_sft with every token a target
 
