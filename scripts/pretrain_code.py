@@ -49,6 +49,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="file order and initial weights")
     parser.add_argument("--fp32", action="store_true", help="float32 matmuls (no bf16 autocast)")
     args = parser.parse_args()
+    if args.val_files < 1:
+        parser.error("--val-files must be at least 1: the validation loss needs files")
 
     torch.set_num_threads(2)
     files = source_files(corpus_roots(), args.seed)

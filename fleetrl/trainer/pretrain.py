@@ -53,10 +53,11 @@ def pack_rows(
     tokens, every token a target, until `budget` tokens are taken. Files that are empty,
     not UTF-8 or longer than MAX_FILE_CHARS are passed over; the tail shorter than a row
     is dropped."""
+    wanted = -(-budget // length)  # rows that hold `budget` tokens, the last one partly
     rows: list[Demo] = []
     buffer: list[int] = []
     for path in files:
-        if len(rows) * length >= budget:
+        if len(rows) >= wanted:
             break
         try:
             text = path.read_text(encoding="utf-8")
@@ -66,8 +67,10 @@ def pack_rows(
             continue
         buffer.extend(encode(text))
         buffer.append(eos)
-        while len(buffer) >= length and len(rows) * length < budget:
-            chunk, buffer = buffer[:length], buffer[length:]
+        whole = min(len(buffer) // length, wanted - len(rows))
+        for start in range(0, whole * length, length):
+            chunk = buffer[start : start + length]
             row = Demo(task_id=str(path), plan="code", token_ids=chunk, loss_mask=[1] * length)
             rows.append(row)
+        buffer = buffer[whole * length :]
     return rows
