@@ -307,7 +307,8 @@ class SftSection(_Section):
     plans: list[str] = ["fix", "look_first", "reproduce"]
     """The scripted expert's plans demonstrated (keys of fleetrl.envs.micro.expert.PLANS);
     "slip" (a refused edit, then the retry) is left out by default: see docs/benchmarks.md,
-    "Demonstrated recovery"."""
+    "Demonstrated recovery"; so is "retry" (a wrong fix applied, seen to fail, then the
+    fix)."""
     max_tasks: int = Field(0, ge=0)
     """Demonstrate only the first N training tasks, and validate on the first N
     validation tasks (0: all)."""

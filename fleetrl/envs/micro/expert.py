@@ -25,12 +25,17 @@ it read), gets it refused with the file's closest lines, then sends the correct 
 slipped reply is listed in `unlearned` so that training masks it: a model should learn the
 retry, not the slip.
 
+Another shows a recovery from a wrong fix: `retry` first changes the buggy line the wrong way
+(another syntax-tree mutation of that line, `wrong_fix`), runs the example and sees it still
+print the wrong value, then edits its own wrong line into the fix. The wrong edit is
+unlearned as the slip is; the run that exposes it, and the second edit, are learned.
+
 An expert can also take over another policy's episode `after` replies in: `RECOVER` then
 sends the correct edit, computed from the file as the episode last read it, checks and
 finishes. A guided group uses it to continue a sample whose edit was refused
 (`fleetrl.rollout.guidance`).
 
-Not covered: recovery from a wrong fix that was applied; patches touching more than one
+Not covered: patches touching more than one
 file or hunk (micro patches are one single-line change or insertion); prompts whose user
 turn is not the bare problem statement (a harness `task_template` that wraps it).
 """
@@ -38,14 +43,16 @@ turn is not the bare problem statement (a harness `task_template` that wraps it)
 from __future__ import annotations
 
 import ast
+import keyword
 import random
 import re
 import string
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from fleetrl.envs.micro.gold import GoldChange, gold_change
 from fleetrl.envs.micro.statement import parse_statement
+from fleetrl.envs.mutations import find_mutations
 from fleetrl.model.chat import (
     GENERATION_PROMPT,
     IM_END,
@@ -64,8 +71,11 @@ PLANS: dict[str, tuple[str, ...]] = {
     "look_first": ("list", "read", "edit", "check", "finish"),
     "reproduce": ("read", "check", "edit", "check", "finish"),
     "slip": ("read", "slip", "edit", "check", "finish"),
+    "retry": ("read", "wrong", "check", "edit", "check", "finish"),
 }
+UNLEARNED_STEPS = ("slip", "wrong")  # replies a model should not learn to send
 RECOVER = ("edit", "check", "finish")  # after another policy's turns that read the file
+_NAME = re.compile(r"\b[a-z_]\w*\b")
 REFUSED = "error: edit_file: 'old' text not found"  # how a refused edit's result begins
 _USER_TURN = re.compile(re.escape(f"{IM_START}user\n") + "(.*?)" + re.escape(IM_END), re.DOTALL)
 
@@ -150,6 +160,49 @@ def slipped(old: str, text: str, rng: random.Random) -> str:
             if candidate not in text:
                 return candidate
     raise ValueError("no mis-copy of the edit's text is absent from the file")
+
+
+def wrong_fix(lines: list[str], change: GoldChange, rng: random.Random) -> tuple[str, ...]:
+    """The lines `change` replaces, changed the wrong way, still parsing and neither the
+    buggy nor the fixed lines: a mutation of the buggy or the fixed lines
+    (fleetrl.envs.mutations), or where there is none, one name of the fixed lines swapped
+    for another name of the file.
+
+    ValueError if there is neither, as for an insertion (no buggy line to change).
+    """
+    if change.start == change.end:
+        raise ValueError(f"{change.path}: no wrong way to change an insertion")
+    fixed = [*lines[: change.start], *change.new, *lines[change.end :]]
+    mutated = set()
+    for version in (lines, fixed):
+        source = "\n".join(version) + "\n"
+        for mutation in find_mutations(change.path, source):
+            result = mutation.apply(source).split("\n")[:-1]
+            if len(result) == len(lines):
+                mutated.add(tuple(result[change.start : change.end]))
+    names = sorted(set(_NAME.findall("\n".join(lines))) - set(keyword.kwlist))
+    swapped = set()
+    for i, line in enumerate(change.new):
+        for match in _NAME.finditer(line):
+            for name in names:
+                edited = line[: match.start()] + name + line[match.end() :]
+                swapped.add((*change.new[:i], edited, *change.new[i + 1 :]))
+    for candidates in (mutated, swapped):
+        wrong = [
+            c for c in sorted(candidates - {change.old, change.new}) if _parses(lines, change, c)
+        ]
+        if wrong:
+            return rng.choice(wrong)
+    raise ValueError(f"{change.path}: no wrong way to change the buggy lines")
+
+
+def _parses(lines: list[str], change: GoldChange, new: tuple[str, ...]) -> bool:
+    """Whether the file still parses with `change`'s lines replaced by `new`."""
+    try:
+        ast.parse("\n".join([*lines[: change.start], *new, *lines[change.end :]]))
+    except SyntaxError:
+        return False
+    return True
 
 
 def _file_lines(read_output: str) -> list[str]:
@@ -241,19 +294,31 @@ class Expert:
             problems.append(f"edit refused: {results[-1]}")
         if done and done[-1] == "slip" and not results[-1].startswith(REFUSED):
             problems.append(f"slip not refused: {results[-1]}")
-        if done and done[-1] == "check" and "edit" in done:
-            shown = f"exit code: 0\n{solution.example.expected}"
-            if results[-1] != shown:
-                problems.append(f"check printed {results[-1]!r}, expected {shown!r}")
+        if done and done[-1] == "wrong" and not results[-1].startswith("edited "):
+            problems.append(f"wrong fix refused: {results[-1]}")
+        shown = f"exit code: 0\n{solution.example.expected}"
+        if done and done[-1] == "check" and "edit" in done and results[-1] != shown:
+            problems.append(f"check printed {results[-1]!r}, expected {shown!r}")
+        exposed = "wrong" in done and "edit" not in done  # the run after the wrong fix
+        if done and done[-1] == "check" and exposed and results[-1] == shown:
+            problems.append("the wrong fix printed the expected value")
         step = steps[turn] if turn < len(steps) and not problems else "finish"
         path = solution.change.path
         if step == "list":
             call = ToolCall("list_dir", {})
         elif step == "read":
             call = ToolCall("read_file", {"path": path})
-        elif step in ("edit", "slip"):
+        elif step in ("edit", "slip", "wrong"):
             lines = _latest_read(turns, path)
-            old, new = shortest_edit(lines, solution.change)
+            change = solution.change
+            if "wrong" in steps[: turn + 1]:
+                wrong = wrong_fix(lines, change, random.Random(f"wrong-{solution.task_id}"))
+                if step == "wrong":
+                    change = replace(change, new=wrong)
+                else:  # the file as the wrong edit left it
+                    lines = [*lines[: change.start], *wrong, *lines[change.end :]]
+                    change = replace(change, old=wrong)
+            old, new = shortest_edit(lines, change)
             if step == "slip":
                 rng = random.Random(f"slip-{solution.task_id}")
                 old = slipped(old, "\n".join(lines), rng)
@@ -277,7 +342,7 @@ class Expert:
             problems.append(str(err))
             message = Message("assistant", "", [ToolCall("finish", {})])
         ids = self.tokenizer.encode(format_reply(message) + IM_END)
-        if self.plan[turn : turn + 1] == ("slip",) and not problems:
+        if self.plan[turn : turn + 1] in [(step,) for step in UNLEARNED_STEPS] and not problems:
             self.unlearned[solution.task_id].append(ids)
         if len(ids) > params.max_tokens:
             problems.append(f"reply of {len(ids)} tokens exceeds the budget")

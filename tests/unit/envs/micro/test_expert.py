@@ -1,6 +1,7 @@
 """The scripted expert: it reads gold patches and statements, edits minimally, and finds
 its task from the prompt (its episodes under the real verifier: tests/env/envs/micro)."""
 
+import ast
 import asyncio
 import random
 from dataclasses import replace
@@ -15,6 +16,7 @@ from fleetrl.envs.micro.expert import (
     parse_example,
     shortest_edit,
     slipped,
+    wrong_fix,
 )
 from fleetrl.envs.micro.gold import gold_change
 from fleetrl.envs.suites import load_tasks
@@ -49,6 +51,23 @@ def test_shortest_edit_strips_indentation_and_widens_until_unique():
     assert shortest_edit(lines, insert) == ("if a:", "a += 1\n    if a:")
     with pytest.raises(ValueError, match="does not hold"):
         shortest_edit(["def f(a):", "    return a"], change)
+
+
+def test_a_wrong_fix_changes_the_buggy_line_into_neither_the_bug_nor_the_fix():
+    lines = ["def f(xs):", "    n = 0", "    for v in xs:", "        n -= v", "    return n"]
+    change = replace(gold_change(load_tasks(suite="micro", split="train")[1].patch), path="f.py")
+    change = replace(change, start=3, end=4, old=("        n -= v",), new=("        n += v",))
+    wrong = {wrong_fix(lines, change, random.Random(seed)) for seed in range(20)}
+    assert len(wrong) > 1 and not wrong & {change.old, change.new}
+    for (line,) in wrong:  # one line, still parsing, the rest of the file untouched
+        ast.parse("\n".join([*lines[:3], line, *lines[4:]]))
+    # `return False` -> `return True` has no mutation but the bug itself, and no name to swap.
+    truth = ["def g(a):", "    return False"]
+    flip = replace(change, start=1, end=2, old=("    return False",), new=("    return True",))
+    with pytest.raises(ValueError, match="no wrong way to change the buggy lines"):
+        wrong_fix(truth, flip, random.Random(0))
+    with pytest.raises(ValueError, match="an insertion"):
+        wrong_fix(lines, replace(change, end=3, old=()), random.Random(0))
 
 
 def test_example_and_check_command():
