@@ -3,8 +3,9 @@ into a kind by its edit_file calls (the first one the tool refused, if any).
 
     python scripts/failure_kinds.py CHECKPOINT [--split heldout] [--temperature 0]
 
-Kinds: passed; passed after a refused edit (recovery); an edit applied but the fix is
-wrong; a refused edit whose `old` text is the file's line with a different constant
+Kinds: passed; passed after a refused edit (recovery); passed after a second applied
+edit (a wrong fix mended, as the expert's `retry` plan shows); an edit applied but the fix
+is wrong; a refused edit whose `old` text is the file's line with a different constant
 (a number or a quoted letter: the model wrote the one it knows, not the one it read);
 a refused edit with any other mismatch; no edit at all. Prints a JSON count per kind,
 and the tasks passed among those whose fix line holds a template constant (a number or
@@ -24,7 +25,7 @@ from fleetrl.config import load_config
 from fleetrl.envs.micro.gold import gold_change
 from fleetrl.envs.micro.suite import constants_of, materialise
 from fleetrl.model.chat import parse_reply
-from fleetrl.model.checkpoint import resolve_checkpoint
+from fleetrl.model.checkpoint import CheckpointError, read_config, resolve_checkpoint
 from fleetrl.model.tokenizer import Tokenizer
 from fleetrl.rollout import evaluate
 from fleetrl.types import Task, Trajectory
@@ -61,9 +62,11 @@ def fix_holds_constant(task: Task) -> bool:
 
 def kind_of(task: Task, trajectory: Trajectory, decode: Callable[[list[int]], str]) -> str:
     """The failure kind of one episode (see the module docstring)."""
-    if trajectory.reward >= 1:
-        return "passed after a refused edit" if trajectory.failed_edits else "passed"
     olds = edit_olds(trajectory, decode)
+    if trajectory.reward >= 1:
+        if trajectory.failed_edits:
+            return "passed after a refused edit"
+        return "passed after a second applied edit" if len(olds) >= 2 else "passed"
     if not trajectory.failed_edits:
         return "edit applied, wrong fix" if olds else "no edit"
     with tempfile.TemporaryDirectory() as folder:
@@ -90,6 +93,10 @@ def main() -> None:
     config = load_config(None)
     tasks = evaluate.split_tasks(config, args.split)
     checkpoint = resolve_checkpoint(args.checkpoint)
+    try:
+        read_config(checkpoint)
+    except CheckpointError as err:
+        parser.error(str(err))
     trajectories = evaluate.episodes_of(checkpoint, config, tasks, args.temperature)
     decode = Tokenizer.from_pretrained(checkpoint).decode
     pairs = list(zip(tasks, trajectories, strict=True))
