@@ -26,18 +26,19 @@ slipped reply is listed in `unlearned` so that training masks it: a model should
 retry, not the slip.
 
 Another shows a recovery from a wrong fix: `retry` first changes the buggy line the wrong way
-(another syntax-tree mutation of that line, `wrong_fix`), runs the example and sees it still
-print the wrong value, then edits its own wrong line into the fix. The wrong edit is
-unlearned as the slip is; the run that exposes it, and the second edit, are learned.
+(`wrong_fix`: another syntax-tree mutation of that line, or one of its names swapped), runs
+the example and sees it still print a wrong value, then edits its own wrong line into the
+fix. The wrong edit is unlearned as the slip is; the run that exposes it, and the second
+edit, are learned.
 
 An expert can also take over another policy's episode `after` replies in: `RECOVER` then
 sends the correct edit, computed from the file as the episode last read it, checks and
 finishes. A guided group uses it to continue a sample whose edit was refused
 (`fleetrl.rollout.guidance`).
 
-Not covered: patches touching more than one
-file or hunk (micro patches are one single-line change or insertion); prompts whose user
-turn is not the bare problem statement (a harness `task_template` that wraps it).
+Not covered: patches touching more than one file or hunk (micro patches are one
+single-line change or insertion); a wrong fix of an insertion; prompts whose user turn is
+not the bare problem statement (a harness `task_template` that wraps it).
 """
 
 from __future__ import annotations
@@ -75,8 +76,8 @@ PLANS: dict[str, tuple[str, ...]] = {
 }
 UNLEARNED_STEPS = ("slip", "wrong")  # replies a model should not learn to send
 RECOVER = ("edit", "check", "finish")  # after another policy's turns that read the file
-_NAME = re.compile(r"\b[a-z_]\w*\b")
 REFUSED = "error: edit_file: 'old' text not found"  # how a refused edit's result begins
+_NAME = re.compile(r"\b[a-z_]\w*\b")  # a Python name, as `wrong_fix` swaps them
 _USER_TURN = re.compile(re.escape(f"{IM_START}user\n") + "(.*?)" + re.escape(IM_END), re.DOTALL)
 
 
@@ -342,7 +343,7 @@ class Expert:
             problems.append(str(err))
             message = Message("assistant", "", [ToolCall("finish", {})])
         ids = self.tokenizer.encode(format_reply(message) + IM_END)
-        if self.plan[turn : turn + 1] in [(step,) for step in UNLEARNED_STEPS] and not problems:
+        if 0 <= turn < len(self.plan) and self.plan[turn] in UNLEARNED_STEPS and not problems:
             self.unlearned[solution.task_id].append(ids)
         if len(ids) > params.max_tokens:
             problems.append(f"reply of {len(ids)} tokens exceeds the budget")
