@@ -173,13 +173,12 @@ def wrong_fix(lines: list[str], change: GoldChange, rng: random.Random) -> tuple
     """
     if change.start == change.end:
         raise ValueError(f"{change.path}: no wrong way to change an insertion")
-    fixed = [*lines[: change.start], *change.new, *lines[change.end :]]
     mutated = set()
-    for version in (lines, fixed):
+    for version in (lines, _spliced(lines, change, change.new)):
         source = "\n".join(version) + "\n"
         for mutation in find_mutations(change.path, source):
             result = mutation.apply(source).split("\n")[:-1]
-            if len(result) == len(lines):
+            if len(result) == len(lines):  # elsewhere, it leaves the bug or the fix: dropped below
                 mutated.add(tuple(result[change.start : change.end]))
     names = sorted(set(_NAME.findall("\n".join(lines))) - set(keyword.kwlist))
     swapped = set()
@@ -190,17 +189,24 @@ def wrong_fix(lines: list[str], change: GoldChange, rng: random.Random) -> tuple
                 swapped.add((*change.new[:i], edited, *change.new[i + 1 :]))
     for candidates in (mutated, swapped):
         wrong = [
-            c for c in sorted(candidates - {change.old, change.new}) if _parses(lines, change, c)
+            c
+            for c in sorted(candidates - {change.old, change.new})
+            if _parses(_spliced(lines, change, c))
         ]
         if wrong:
             return rng.choice(wrong)
     raise ValueError(f"{change.path}: no wrong way to change the buggy lines")
 
 
-def _parses(lines: list[str], change: GoldChange, new: tuple[str, ...]) -> bool:
-    """Whether the file still parses with `change`'s lines replaced by `new`."""
+def _spliced(lines: list[str], change: GoldChange, new: tuple[str, ...]) -> list[str]:
+    """The file's `lines` with the lines `change` replaces replaced by `new` instead."""
+    return [*lines[: change.start], *new, *lines[change.end :]]
+
+
+def _parses(lines: list[str]) -> bool:
+    """Whether a file of these lines parses as Python."""
     try:
-        ast.parse("\n".join([*lines[: change.start], *new, *lines[change.end :]]))
+        ast.parse("\n".join(lines))
     except SyntaxError:
         return False
     return True
@@ -317,7 +323,7 @@ class Expert:
                 if step == "wrong":
                     change = replace(change, new=wrong)
                 else:  # the file as the wrong edit left it
-                    lines = [*lines[: change.start], *wrong, *lines[change.end :]]
+                    lines = _spliced(lines, change, wrong)
                     change = replace(change, old=wrong)
             old, new = shortest_edit(lines, change)
             if step == "slip":
