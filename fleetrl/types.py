@@ -7,7 +7,8 @@ structs here too.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import hashlib
+from dataclasses import dataclass, field, replace
 
 
 class InvalidRequest(ValueError):
@@ -47,6 +48,16 @@ class SamplingParams:
             raise InvalidRequest(f"top_logprobs must be in [0, 20], got {self.top_logprobs}")
         if self.seed is not None and not 0 <= self.seed < 2**63:
             raise InvalidRequest(f"seed must be in [0, 2**63), got {self.seed}")
+
+    def reseeded(self, *parts: object) -> SamplingParams:
+        """These parameters with a seed of their own, drawn from this seed and `parts` (an
+        episode's task and sample, then a reply's turn): seeded work split into many
+        requests, each of whose tokens depend on its place in the work only, never on what
+        was batched beside it. Unseeded parameters are returned unchanged."""
+        if self.seed is None:
+            return self
+        digest = hashlib.sha256(repr((self.seed, *parts)).encode()).digest()
+        return replace(self, seed=int.from_bytes(digest[:8], "big") >> 1)
 
 
 @dataclass

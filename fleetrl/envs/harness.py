@@ -156,7 +156,8 @@ async def run_episode(
 ) -> Episode:
     """Let the policy work on `task` in `sandbox` until it finishes or a budget runs out.
 
-    `sampling` sets temperature and seed (the harness sets each reply's token budget and
+    `sampling` sets temperature and seed (each reply samples with a seed of its own drawn
+    from it, so a seeded episode repeats; the harness sets each reply's token budget and
     stop token); `env_latency_s` (benchmarks only) waits after each turn's tools, log-normal
     with this mean (p99 ~10x the median), like slow test suites and remote tools."""
     start = time.monotonic()
@@ -177,7 +178,9 @@ async def run_episode(
         if budget < 1:
             reason = "max_tokens" if sampled >= config.max_tokens else "context_full"
             break
-        params = replace(sampling, max_tokens=budget, stop_token_ids=[tokenizer.eos_id])
+        params = replace(
+            sampling.reseeded(turns), max_tokens=budget, stop_token_ids=[tokenizer.eos_id]
+        )
         completion = await policy.generate(builder.segment.token_ids, params)
         builder.add_completion(completion)
         turns += 1

@@ -170,7 +170,8 @@ def _watch(processes: list[_Process], url: str, run_dir: Path, steps: int, progr
 
 def _eval_cache_key(checkpoint: Path, config: RunConfig) -> str:
     settings = (
-        "bootstrap-v1",  # the protocol: results of an earlier one are never reused
+        "seeded-v1",  # the protocol: results of an earlier one are never reused
+        config.trainer.seed,  # every episode's draws
         config.eval.split,
         tasks_digest(split_tasks(config, config.eval.split)),
         tasks_digest(sweep_tasks(config)),

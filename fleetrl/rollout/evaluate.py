@@ -35,7 +35,7 @@ import math
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
@@ -53,7 +53,7 @@ from fleetrl.files import write_whole
 from fleetrl.model.checkpoint import load_pretrained, weights_digest
 from fleetrl.model.tokenizer import Tokenizer
 from fleetrl.rollout.worker import Rollouts, rollout_engine
-from fleetrl.types import SamplingParams, Task, Trajectory
+from fleetrl.types import Task, Trajectory
 
 TEMPERATURES: tuple[float, ...] = (0.0, 0.3, 0.5, 0.7, 1.0)
 PASS_AT_K = (2, 4, 8)  # pass@k reported for each k up to the samples per task
@@ -247,19 +247,23 @@ async def evaluate_policy(
 ) -> EvalResult:
     """Run and grade `samples_per_task` episodes of every task at `rollouts`' temperature
     (`on_episode` is called as each one is graded, e.g. to advance a progress bar).
+    With a seed in `rollouts.sampling`, sample k of a task draws from a seed of its own
+    (`SamplingParams.reseeded`), so the same seed gives the same episodes however they were
+    batched, and every model and temperature meets the same draws.
     `after_slip`: each episode opens with the expert's slip (`slip_opening`); episodes
     where the expert found no mis-copy to send (no edit refused) are left out."""
     start = time.monotonic()
 
-    async def graded(task: Task) -> Trajectory:
+    async def graded(task: Task, sample: int) -> Trajectory:
         policy = slip_opening(task, rollouts.tokenizer, rollouts.policy) if after_slip else None
-        trajectory = await rollouts.run_one(task, policy=policy)
+        sampling = rollouts.sampling.reseeded(task.instance_id, sample)
+        trajectory = await rollouts.run_one(task, policy=policy, sampling=sampling)
         if on_episode is not None:
             on_episode(trajectory)
         return trajectory
 
-    episodes = [task for task in tasks for _ in range(samples_per_task)]
-    trajectories = list(await asyncio.gather(*map(graded, episodes)))
+    episodes = [graded(task, k) for task in tasks for k in range(samples_per_task)]
+    trajectories = list(await asyncio.gather(*episodes))
     if after_slip:
         trajectories = [t for t in trajectories if t.failed_edits > 0]
     temperature = rollouts.sampling.temperature
@@ -319,7 +323,7 @@ class _Session:
         # A shallow copy shares the engine, thread pool and semaphores; only the sampling
         # parameters (temperature) differ between runs.
         rollouts = copy.copy(self.rollouts)
-        rollouts.sampling = SamplingParams(temperature=run.temperature)
+        rollouts.sampling = replace(self.rollouts.sampling, temperature=run.temperature)
         on_episode = self._on_episode(run)
         return await evaluate_policy(rollouts, run.tasks, run.samples, on_episode, run.after_slip)
 
@@ -393,6 +397,7 @@ def _in_session(
             rollouts = Rollouts(
                 engine, tokenizer, config.harness, config.rollout, episodes, gradings
             )
+            rollouts.sampling = replace(rollouts.sampling, seed=config.trainer.seed)
             if transcripts is not None:
                 out = transcripts.open("w", encoding="utf-8")
             return await work(_Session(rollouts, bar, out))
@@ -467,8 +472,13 @@ def episodes_of(
     at what a model does, not only at how often it passes."""
 
     async def work(session: _Session) -> list[Trajectory]:
-        session.rollouts.sampling = SamplingParams(temperature=temperature)
-        return list(await asyncio.gather(*map(session.rollouts.run_one, tasks)))
+        rollouts = session.rollouts
+        sampling = replace(rollouts.sampling, temperature=temperature)
+
+        async def one(task: Task) -> Trajectory:
+            return await rollouts.run_one(task, sampling=sampling.reseeded(task.instance_id, 0))
+
+        return list(await asyncio.gather(*map(one, tasks)))
 
     return _in_session(checkpoint, config, work, progress=False)
 
@@ -494,9 +504,9 @@ def sweep_cache_path(weights: str, config: RunConfig) -> Path:
     `weights_digest`) under these
     settings (val split and tasks, temperatures, samples, seed, harness, rollout), so that
     every split reported for one model is reported at one temperature, as in `fleetrl
-    bench learning`: two sweeps of one checkpoint can choose differently by sampling noise."""
+    bench learning`, without sweeping again (a sweep is seeded, so it would choose the same)."""
     settings = (
-        "sweep-v1",
+        "sweep-v2",  # v2: every episode seeded (`evaluate_policy`)
         config.eval.val_split,
         tasks_digest(sweep_tasks(config)),
         config.eval.temperatures,

@@ -125,11 +125,13 @@ class Rollouts:
         group_id: str = "",
         grade: bool = True,
         policy: TokenPolicy | None = None,
+        sampling: SamplingParams | None = None,
     ) -> Trajectory:
         """One episode on `task`, graded; the trajectory carries reward and flags. With
         `grade=False` the verifier is skipped (reward stays 0): for a scripted policy that
         checks its own work, where grading would cost ~10x the episode. `policy` replaces
-        the Rollouts' own for this episode (the expert of a guided group)."""
+        the Rollouts' own for this episode (the expert of a guided group), `sampling` their
+        sampling parameters (an evaluation episode's own seed)."""
         rollout = self.rollout
         async with self._episodes:
             repo = await asyncio.to_thread(ensure_repo, task)
@@ -143,7 +145,7 @@ class Rollouts:
                     sandbox,
                     task,
                     self.harness,
-                    self.sampling,
+                    sampling or self.sampling,
                     group_id,
                     rollout.env_latency_s,
                 )

@@ -48,13 +48,16 @@ STUMBLE = (
 
 
 class Stumbler:
-    """Replies STUMBLE, one reply per turn; records the temperature of every request."""
+    """Replies STUMBLE, one reply per turn; records the temperature and seed of every
+    request."""
 
     def __init__(self) -> None:
         self.temperatures: set[float] = set()
+        self.seeds: list[int | None] = []
 
     async def generate(self, prompt_ids: list[int], params: SamplingParams) -> Completion:
         self.temperatures.add(params.temperature)
+        self.seeds.append(params.seed)
         turn = TOKENIZER.decode(prompt_ids).count("<tool_response>")
         ids = TOKENIZER.encode(format_reply(STUMBLE[turn]) + "<|im_end|>")
         return Completion(list(prompt_ids), ids, [-1.0] * len(ids), [0] * len(ids), "stop")
@@ -71,6 +74,26 @@ def test_an_episode_that_recovers_from_a_failed_edit_counts():
     result = asyncio.run(scenario())
     assert result.pass_at_1 == 1.0 and result.failed_edit_episodes == 1
     assert result.recovery == 1.0 and result.recovery_rate == 1.0
+
+
+def test_every_reply_of_a_seeded_evaluation_has_a_seed_of_its_own_that_repeats():
+    def seeds(seed: int | None, temperature: float = 0.7) -> list[int | None]:
+        policy = Stumbler()
+
+        async def scenario():
+            runner = rollouts(policy)
+            runner.sampling = SamplingParams(temperature=temperature, seed=seed)
+            await evaluate_policy(runner, [get_task(TASK)], samples_per_task=2)
+
+        asyncio.run(scenario())
+        return policy.seeds
+
+    first = seeds(5)
+    assert len(first) == 6 and len(set(first)) == 6  # 2 episodes of 3 replies
+    assert sorted(seeds(5)) == sorted(first)  # in whatever order the episodes ran
+    assert sorted(seeds(5, temperature=0.3)) == sorted(first)  # the same draws at every T
+    assert not set(seeds(6)) & set(first)
+    assert seeds(None) == [None] * 6
 
 
 class Finisher:
@@ -176,6 +199,23 @@ def test_one_temperature_per_model_across_splits(tmp_path, monkeypatch):
         kept.write_text("half a file")
     again, again_splits = evaluate("heldout-templates")
     assert "val" in again_splits and set(again["val_sweep"]) == {"0.0", "1.0"}
+
+
+@pytest.mark.slow  # ~15 s: three evaluations of the base model, two episodes per task each
+def test_an_evaluation_repeats_for_its_seed_however_its_episodes_are_batched(tmp_path):
+    args = ["eval", "base", "--split", "heldout", "--temperature", "1", "--max-tasks", "2"]
+    args += ["--samples", "2", "--threads", "1", "--json"]
+
+    def episodes(*more: str) -> list[tuple]:
+        transcripts = tmp_path / f"{len(list(tmp_path.iterdir()))}.jsonl"
+        result = CliRunner().invoke(app, [*args, "--transcripts", str(transcripts), *more])
+        assert result.exit_code == 0, result.output
+        records = [json.loads(line) for line in transcripts.read_text().splitlines()]
+        return sorted((r["task_id"], r["reward"], r["windows"]) for r in records)
+
+    batched = episodes()
+    assert episodes("--set", "eval.max_concurrent=1") == batched  # one episode at a time
+    assert episodes("--seed", "7") != batched
 
 
 @pytest.mark.slow  # ~6 s: the base model greedy on two tasks, after the expert's slip
