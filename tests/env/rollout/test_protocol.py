@@ -1,7 +1,7 @@
 """The evaluation protocol on real episodes: a scripted policy graded by the real verifier
 (recovery, recovery after the expert's slip, runs at several temperatures through one
-policy), and `fleetrl eval --best-temperature` end to end with the shipped base model on
-two tasks per split."""
+policy, a seed per reply), and `fleetrl eval` end to end with the shipped base model on
+two tasks per split (the temperature chosen on val, episodes that repeat for a seed)."""
 
 import asyncio
 import json
