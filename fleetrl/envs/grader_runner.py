@@ -20,6 +20,8 @@ Before any code of the workspace runs, the runner
   through /proc;
 - makes `_posixsubprocess.fork_exec`, which multiprocessing's spawn calls directly,
   raise an audit event as `subprocess` does;
+- makes `os.open` with a folder descriptor (`dir_fd`) raise its `open` event for the
+  whole path, where the interpreter's names only the part after the folder;
 - binds every primitive it reports with (`os.write`, the JSON string encoder, sha256,
   `os._exit`) to local names, so patching those modules later changes nothing here;
 - replaces `os._exit` (and `posix._exit`): in the runner's process it reports the call and
@@ -337,6 +339,30 @@ def _audit_fork_exec() -> None:
     _posixsubprocess.fork_exec = audited_fork_exec
 
 
+def _audit_open_at() -> None:
+    """Make `os.open` with `dir_fd` raise its `open` event for the path it opens: the
+    interpreter's own event names only the part relative to the descriptor, which the hook
+    would take as relative to the working directory, not to the folder the descriptor holds."""
+    import posix
+
+    open_at, audit, fspath, fsdecode, readlink, join = (
+        posix.open, sys.audit, os.fspath, os.fsdecode, os.readlink, os.path.join,
+    )  # fmt: skip
+
+    def audited_open(path: Any, flags: int, mode: int = 0o777, *, dir_fd: int | None = None) -> int:
+        path = fspath(path)  # once: a path-like could answer the event and the open apart
+        if dir_fd is not None:
+            try:
+                folder = readlink(f"/proc/self/fd/{dir_fd}")
+            except (OSError, TypeError):
+                folder = None  # not a descriptor: the open below fails as it would have
+            if folder is not None:
+                audit("open", join(folder, fsdecode(path)), None, flags)
+        return open_at(path, flags, mode, dir_fd=dir_fd)
+
+    os.open = posix.open = audited_open
+
+
 def _bindings() -> dict[tuple[str, str], object]:
     """(owner, name) -> the callable bound there, for every watched module and the classes
     defined in them."""
@@ -454,6 +480,7 @@ def main(spec: dict[str, object]) -> None:
     os.register_at_fork(after_in_child=lambda: os.close(report_fd))
     _guard_exit(emit, leave)
     _audit_fork_exec()
+    _audit_open_at()
     sys.path.append(rootdir)
     args = ["-q", "-p", "no:cacheprovider", "--import-mode=append", f"--rootdir={rootdir}"]
     args += [f"--confcutdir={rootdir}", "-c", str(spec["config"]), "--", *spec["tests"]]  # type: ignore[misc]
