@@ -735,14 +735,22 @@ def test_fix_after_git_diff_and_git_status(honest):
     assert result.reward == 1, result
 
 
-def test_fix_that_starts_programs_and_threads_when_called(honest):
-    # Confinement hides the test modules only: the code under test may still start
-    # programs (one reading its own file) and threads while the tests call it.
+def gold_fix_with(honest: tuple[Target, Path], extra: str):
+    """The verdict on the gold fix with `extra` appended to the task's module."""
     t, workspace = honest
     apply_patch(workspace, t.task.patch)
     path = module_file(workspace, t)
-    path.write_text(
-        path.read_text() + "\n\nimport subprocess\nimport threading\n\n_fixed = "
+    path.write_text(path.read_text() + extra)
+    return verify(t.task, workspace_changes(ensure_repo(t.task), workspace))
+
+
+def test_fix_that_starts_programs_and_threads_when_called(honest):
+    # Confinement hides the test modules only: the code under test may still start
+    # programs (one reading its own file) and threads while the tests call it.
+    t = honest[0]
+    result = gold_fix_with(
+        honest,
+        "\n\nimport subprocess\nimport threading\n\n_fixed = "
         f"{t.module}\n\n\ndef {t.module}(*args):\n"
         "    subprocess.run(['true'], check=True)\n"
         "    done = []\n"
@@ -750,25 +758,21 @@ def test_fix_that_starts_programs_and_threads_when_called(honest):
         "        ['cat', __file__], capture_output=True, text=True).stdout))\n"
         "    worker.start()\n    worker.join()\n"
         "    assert 'def ' in done[0]\n"
-        "    return _fixed(*args)\n"
+        "    return _fixed(*args)\n",
     )
-    result = verify(t.task, workspace_changes(ensure_repo(t.task), workspace))
     assert result.reward == 1, result
 
 
 def test_fix_that_reads_its_own_file_through_a_folder_descriptor(honest):
     # Opening relative to a folder's descriptor is refused for the test modules only.
-    t, workspace = honest
-    apply_patch(workspace, t.task.patch)
-    path = module_file(workspace, t)
-    path.write_text(
-        path.read_text() + "\n\nimport os\n\n"
-        "_folder = os.open(os.path.dirname(os.path.abspath(__file__)), os.O_RDONLY)\n"
-        "_fd = os.open(os.path.basename(__file__), os.O_RDONLY, dir_fd=_folder)\n"
+    result = gold_fix_with(
+        honest,
+        "\n\nimport os\n\n"
+        "_root = os.open('/', os.O_RDONLY)\n"
+        "_fd = os.open(os.path.abspath(__file__).lstrip('/'), os.O_RDONLY, dir_fd=_root)\n"
         "with open(_fd) as _file:\n"
         "    assert 'def ' in _file.read()\n"
-        "os.close(_folder)\n"
+        "os.close(_root)\n",
     )
-    result = verify(t.task, workspace_changes(ensure_repo(t.task), workspace))
     assert result.reward == 1, result
     assert not result.flags, result
