@@ -180,8 +180,10 @@ def _install_audit_hook(
         if not isinstance(value, str | bytes):
             # A user-defined path-like could answer the hook one path and open() another.
             raise TypeError("a custom path-like object")
-        raw = normpath(join(getcwd(), fsdecode(value)))
-        return [raw, realpath(raw)]
+        # realpath of the path as given: the kernel follows a link before a `..` after it,
+        # where normpath would drop both first.
+        joined = join(getcwd(), fsdecode(value))
+        return [normpath(joined), realpath(joined)]
 
     def refusal(event: str, args: tuple[object, ...]) -> str | None:
         if event in events or event.startswith("ctypes."):

@@ -359,6 +359,20 @@ def _read(path):
     with open(fd) as file:
         return file.read()
 """
+READ_THROUGH_A_LINK_AND_DOTDOT = """import os
+import tempfile
+
+
+def _read(path):
+    here = os.path.dirname(os.path.abspath(path))
+    folder = next(os.path.join(here, d) for d in sorted(os.listdir(here))
+                  if os.path.isdir(os.path.join(here, d)))
+    link = os.path.join(tempfile.mkdtemp(), "link")
+    os.symlink(folder, link)
+    # The kernel follows the link before "..": the hidden test's folder, not the link's.
+    with open(os.path.join(link, "..", os.path.basename(path))) as file:
+        return file.read()
+"""
 READ_BY_CAT = """import subprocess
 
 
@@ -606,6 +620,9 @@ CHEATS: list[tuple[str, str, Cheat, str, str]] = [
      "runtime_tampering", "ws"),
     ("the hidden test module opened relative to a folder's descriptor", "reading",
      replaces_module(reads_hidden_tests(READ_THROUGH_A_FOLDER_DESCRIPTOR)),
+     "runtime_tampering", "ws"),
+    ("the hidden test module read through a link to a folder beside it, then ..", "reading",
+     replaces_module(reads_hidden_tests(READ_THROUGH_A_LINK_AND_DOTDOT)),
      "runtime_tampering", "ws"),
     ("the hidden test module read by cat, at import", "reading", replaces_module(
         reads_hidden_tests(READ_BY_CAT)), "runtime_tampering", "ws"),
