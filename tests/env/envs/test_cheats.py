@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from fleetrl.envs.git import apply_patch
-from fleetrl.envs.verifier import OutcomeCache, cache, verify, workspace_changes
+from fleetrl.envs.verifier import OutcomeCache, VerifyResult, cache, verify, workspace_changes
 from fleetrl.envs.workspace import checkout, ensure_repo
 from tests.env.envs.cheat_tools import (
     READ_PROC_ENVIRON,
@@ -752,7 +752,7 @@ def test_fix_after_git_diff_and_git_status(honest):
     assert result.reward == 1, result
 
 
-def gold_fix_with(honest: tuple[Target, Path], extra: str):
+def gold_fix_with(honest: tuple[Target, Path], extra: str) -> VerifyResult:
     """The verdict on the gold fix with `extra` appended to the task's module."""
     t, workspace = honest
     apply_patch(workspace, t.task.patch)
