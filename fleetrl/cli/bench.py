@@ -96,8 +96,9 @@ def bench_weights(
     ] = "",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
 ) -> None:
-    """Delta size vs the entropy floor, codec GB/s per core, engine pause on apply; with
-    --from-run, the same on the versions a run actually published."""
+    """Weight-delta size against the entropy floor, codec speed, engine pause on apply.
+
+    With --from-run, the same on the versions a run actually published."""
     try:
         rates = [float(x) for x in lrs.split(",") if x.strip()]
     except ValueError:
@@ -188,8 +189,9 @@ def bench_fleet(
     set_: SetOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
 ) -> None:
-    """A trainer and three regions (one slow, each behind a throttled link to its own
-    weight store), with no region lost and with one killed mid-run.
+    """A trainer and three regions over throttled links, with none lost and one killed.
+
+    One region is slow; each sits behind a throttled link to its own weight store.
 
     Two legs on one workload, as real processes over fresh local-folder stores: all three
     regions to the end, then region-1 killed (SIGKILL) halfway, once it has served a trained
@@ -253,9 +255,11 @@ def bench_learning(
     set_: SetOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
 ) -> None:
-    """From one SFT-plateaued base: RL at the run configuration's budget (`fleetrl train`)
-    against SFT continued on the same demonstrations for RL's wall time. The configuration
-    defaults to the `demo` preset: what `make demo` runs.
+    """RL against equal-compute SFT from one SFT-plateaued base, on held-out and templates.
+
+    RL runs at the run configuration's budget (`fleetrl train`); SFT continues on the same
+    demonstrations for RL's wall time. The configuration defaults to the `demo` preset:
+    what `make demo` runs.
 
     Base, RL and SFT-more are each evaluated on heldout and heldout-templates at their
     temperature chosen on val (pass@1 with CI, greedy, pass@8, recovery); the goals, the

@@ -65,8 +65,10 @@ def eval_command(
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
 ) -> None:
-    """pass@1 of a checkpoint on a task split at one temperature, with a 95% bootstrap
-    interval over tasks; also greedy pass@1, pass@8 and recovery from failed edits.
+    """pass@1 of a checkpoint on a task split, with a 95% bootstrap interval over tasks.
+
+    At one temperature, or at the best of a sweep on `val` (--best-temperature); also
+    greedy pass@1, pass@8 and recovery from failed edits.
 
     Settings come from the run configuration tree (defaults, --config, --set); each flag
     below overrides the key in brackets after it. The protocol is in docs/evaluation.md."""

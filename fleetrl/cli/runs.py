@@ -134,8 +134,10 @@ def status_command(
     store: StoreOption = "",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
 ) -> None:
-    """Where a run stands: the trainer's version and step, each region's version, groups
-    in flight, last heartbeat and staleness; read from the store alone."""
+    """Where a run stands, read from the store alone.
+
+    The trainer's version and step; each region's version, groups in flight, last
+    heartbeat and staleness."""
     if not store:
         raise fail("--store is required")
     from fleetrl.orchestrate.status import as_json as status_json
@@ -184,10 +186,13 @@ def status_command(
 def report(
     run_dir: Annotated[Path, typer.Argument(help="A run directory (runs/NAME).")],
 ) -> None:
-    """Write RUN_DIR/report.html: plots of reward, staleness, sync, mismatch, throughput,
-    and each region's own metrics from the run's store (wherever the regions ran)."""
+    """Write RUN_DIR/report.html: plots of reward, staleness, sync, mismatch, throughput.
+
+    Each region's own metrics come from the run's store, wherever the regions ran."""
     if not run_dir.is_dir():
         raise fail(f"{run_dir} is not a directory")
+    if not (run_dir / "metrics.jsonl").exists() and not (run_dir / "config.toml").exists():
+        raise fail(f"{run_dir} is not a run directory (no metrics.jsonl, no config.toml)")
     from fleetrl.observe import write_report
     from fleetrl.store.region_metrics import read_run_region_metrics
 

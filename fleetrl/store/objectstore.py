@@ -174,8 +174,6 @@ class FsspecStore(ObjectStore):
         self.s3 = "s3" in (protocols if isinstance(protocols, tuple) else (protocols,))
         bucket, _, base = self.root.partition("/")
         self._bucket, self._base = bucket, f"{base}/" if base else ""  # S3 key = base + key
-        if self.local:
-            self.fs.makedirs(self.root, exist_ok=True)
 
     def _path(self, key: str) -> str:
         return f"{self.root}/{key}"

@@ -35,3 +35,21 @@ def test_cli_surface_is_frozen():
     assert result.exit_code == 0 and "init" in result.output
     result = runner.invoke(app, ["bench", "--help"])
     assert result.exit_code == 0 and "engine" in result.output
+
+
+def test_every_command_has_a_one_line_summary():
+    # A command list shows each command's first paragraph with its line breaks kept, so a
+    # summary spread over two lines breaks mid-sentence in `fleetrl --help`.
+    import inspect
+
+    import typer.main
+
+    def summaries(group, path):
+        for name, command in getattr(group, "commands", {}).items():
+            first = inspect.cleandoc(command.help or "").split("\n\n")[0]
+            yield " ".join([*path, name]), first
+            yield from summaries(command, [*path, name])
+
+    found = dict(summaries(typer.main.get_command(app), []))
+    assert len(found) > 20
+    assert {name: s for name, s in found.items() if not s or "\n" in s} == {}

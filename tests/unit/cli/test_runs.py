@@ -19,6 +19,17 @@ def test_report_writes_html_and_refuses_missing_dirs(tmp_path):
     assert (tmp_path / "report.html").read_text().startswith("<!DOCTYPE html>")
     missing = runner.invoke(app, ["report", str(tmp_path / "nope")])
     assert missing.exit_code == 2 and "not a directory" in missing.output
+    (tmp_path / "other").mkdir()
+    other = runner.invoke(app, ["report", str(tmp_path / "other")])
+    assert other.exit_code == 2 and "not a run directory" in other.output
+    assert not (tmp_path / "other" / "report.html").exists()
+
+
+def test_status_of_a_missing_store_creates_nothing(tmp_path):
+    store = tmp_path / "no-store"
+    result = runner.invoke(app, ["status", "--store", str(store)])
+    assert result.exit_code == 2 and "holds no run" in result.output
+    assert not store.exists()
 
 
 def test_run_create_refuses_a_skip_solved_file_it_cannot_read(tmp_path):
