@@ -338,8 +338,9 @@ class SftSection(_Section):
 class RunConfig(_Section):
     """The whole tree: `fleetrl train`, `eval`, `sft` and `bench pipeline` all read it."""
 
-    name: str = "run"
-    """Run name: the run directory is runs/NAME."""
+    name: str = Field("run", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    """Run name: the run directory is runs/NAME (letters, digits, '.', '-', '_', so that
+    it names one folder inside runs/)."""
     model: ModelSection = Field(default_factory=ModelSection)
     tasks: TasksSection = Field(default_factory=TasksSection)
     harness: HarnessSection = Field(default_factory=HarnessSection)
@@ -371,6 +372,15 @@ class RunConfig(_Section):
         return self
 
 
+def check_trainable(config: RunConfig) -> None:
+    """Refuse, before anything starts, a configuration that evaluates but cannot train."""
+    if config.rollout.temperature == 0:
+        raise ConfigError(
+            "rollout.temperature: 0 (greedy) is for evaluation; RL trains on sampled "
+            "tokens, set it above 0"
+        )
+
+
 def _merge(into: dict[str, Any], overrides: dict[str, Any]) -> None:
     for key, value in overrides.items():
         if isinstance(value, dict) and isinstance(into.get(key), dict):
@@ -395,9 +405,15 @@ def load_config(path: Path | None = None, overrides: dict[str, Any] | None = Non
     the defaults, with nested `overrides` applied."""
     if path is None:
         return parse_config("", "defaults", overrides)
+    if path.is_dir():
+        raise ConfigError(f"config file {path} is a folder, not a TOML file")
     if not path.is_file():
         path = preset_path(path)
-    return parse_config(path.read_text(), str(path), overrides, folder=path.parent)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text, so not a TOML file") from None
+    return parse_config(text, str(path), overrides, folder=path.parent)
 
 
 def preset_path(name: Path) -> Path:
@@ -462,8 +478,11 @@ def set_key(overrides: dict[str, Any], key: str, value: Any) -> None:
     """Set dotted `key` (e.g. `trainer.lr`) in a nested overrides dict."""
     *parents, leaf = key.split(".")
     node = overrides
-    for part in parents:
+    for depth, part in enumerate(parents):
         node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            section = ".".join(parents[: depth + 1])
+            raise ConfigError(f"{key}: {section} was set to a value, not a section of keys")
     node[leaf] = value
 
 

@@ -40,8 +40,16 @@ def train(
     """Train with RL: trainer + rollout regions + store; evaluates and reports at the end."""
     shortcuts = {"name": name, "trainer.steps": steps, "trainer.max_staleness": 0 if sync else None}
     config = run_config(config_file, set_, shortcuts)
+    from fleetrl.config import ConfigError, check_trainable
+
+    try:
+        check_trainable(config)
+    except ConfigError as err:
+        raise fail(str(err)) from None
     if regions < 1:
         raise fail("--regions must be >= 1")
+    if runs_dir.exists() and not runs_dir.is_dir():
+        raise fail(f"--runs-dir {runs_dir} is a file, not a folder")
     run_dir = runs_dir / config.name
     if (run_dir / "final").exists():
         raise fail(f"{run_dir} holds a finished run; choose another --name")
@@ -200,8 +208,13 @@ def sft(
         "sft.max_seconds": max_seconds,
     }
     config = run_config(config_file, set_, shortcuts)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
+    if out.exists() and not out.is_dir():
+        raise fail(f"{out} is a file, not a folder to write the checkpoint into")
+    if out.exists() and any(out.iterdir()) and not force:
         raise fail(f"{out} is not an empty directory (use --force to write into it)")
+    cache = config.sft.demos_cache
+    if cache and Path(cache).exists() and not Path(cache).is_dir():
+        raise fail(f"sft.demos_cache {cache} is a file, not a folder")
     from fleetrl.orchestrate.sft import SftError, run_sft
 
     try:

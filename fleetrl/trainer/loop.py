@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from fleetrl.config import ConfigError, RunConfig
+from fleetrl.config import RunConfig, check_trainable
 from fleetrl.model.checkpoint import load_pretrained, resolve_checkpoint, save_pretrained
 from fleetrl.model.tokenizer import Tokenizer
 from fleetrl.observe.metrics import MetricsLogger
@@ -92,11 +92,7 @@ def make_optimizer(
 def run_trainer(config: RunConfig, run_dir: Path, poll_s: float = 0.2) -> TrainerState:
     """Train for `config.trainer.steps` steps, publishing every version; returns the state."""
     tc = config.trainer
-    if config.rollout.temperature == 0:
-        raise ConfigError(
-            "rollout.temperature: 0 (greedy) is for evaluation; RL trains on sampled "
-            "tokens, set it above 0"
-        )
+    check_trainable(config)
     torch.set_num_threads(tc.threads)
     torch.manual_seed(tc.seed)
     random.seed(tc.seed)

@@ -7,6 +7,7 @@ import pytest
 from fleetrl.config import (
     PRESETS,
     ConfigError,
+    check_trainable,
     dump_config,
     load_config,
     parse_overrides,
@@ -62,6 +63,28 @@ def test_missing_file_and_bad_override(tmp_path):
         load_config(Path("nodemo"))
     with pytest.raises(ConfigError, match="KEY=VALUE"):
         parse_overrides(["trainer.lr"])
+    with pytest.raises(ConfigError, match=r"trainer\.lr: trainer was set to a value"):
+        parse_overrides(["trainer=1", "trainer.lr=1"])
+    with pytest.raises(ConfigError, match="is a folder, not a TOML file"):
+        load_config(tmp_path)
+    binary = tmp_path / "bin.toml"
+    binary.write_bytes(b"\xff\xfe\x00name")
+    with pytest.raises(ConfigError, match="not UTF-8 text"):
+        load_config(binary)
+
+
+@pytest.mark.parametrize("name", ["../escape", "", "a/b", ".hidden", "two words"])
+def test_a_run_name_names_one_folder_inside_runs(name):
+    with pytest.raises(ConfigError, match="name: String should match pattern"):
+        with_overrides(load_config(), {"name": name})
+    assert with_overrides(load_config(), {"name": "s35-bench_2.b"}).name == "s35-bench_2.b"
+
+
+def test_greedy_rollouts_evaluate_but_do_not_train():
+    config = load_config(overrides={"rollout": {"temperature": 0.0}})
+    with pytest.raises(ConfigError, match=r"rollout\.temperature: 0"):
+        check_trainable(config)
+    check_trainable(load_config())
 
 
 def test_every_knob_of_every_command_lives_in_the_tree():

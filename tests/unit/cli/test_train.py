@@ -14,6 +14,23 @@ def test_train_refuses_an_unknown_launcher():
     assert result.exit_code == 2 and "--launcher must be local or ray" in result.output
 
 
+def test_train_refuses_greedy_rollouts_and_a_runs_dir_that_is_a_file(tmp_path):
+    greedy = runner.invoke(
+        app, ["train", "--runs-dir", str(tmp_path), "--set", "rollout.temperature=0"]
+    )
+    assert greedy.exit_code == 2 and "rollout.temperature: 0 (greedy)" in greedy.output
+    assert not any(tmp_path.iterdir())
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    result = runner.invoke(app, ["train", "--runs-dir", str(afile)])
+    assert result.exit_code == 2 and "is a file, not a folder" in result.output
+
+
+def test_train_refuses_a_run_name_outside_the_runs_dir(tmp_path):
+    result = runner.invoke(app, ["train", "--runs-dir", str(tmp_path), "--name", "../escape"])
+    assert result.exit_code == 2 and "name: String should match pattern" in result.output
+
+
 def test_train_refuses_a_skip_solved_file_it_cannot_read(tmp_path):
     missing = tmp_path / "eval.json"
     args = ["train", "--runs-dir", str(tmp_path), "--set", f"tasks.skip_solved={missing}"]

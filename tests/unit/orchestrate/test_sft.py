@@ -27,6 +27,15 @@ def test_sft_refuses_bad_options_cleanly(tmp_path, args, message):
     assert result.output.count("error:") == 1
 
 
+def test_sft_refuses_files_where_folders_go_even_with_force(tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    result = runner.invoke(app, ["sft", str(afile), "--force"])
+    assert result.exit_code == 2 and "is a file, not a folder" in result.output
+    result = runner.invoke(app, ["sft", str(tmp_path / "out"), "--demos-cache", str(afile)])
+    assert result.exit_code == 2 and "sft.demos_cache" in result.output
+
+
 def test_sft_refuses_a_non_empty_output_and_has_help(tmp_path):
     (tmp_path / "keep.txt").write_text("x")
     result = runner.invoke(app, ["sft", str(tmp_path)])
