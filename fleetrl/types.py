@@ -103,7 +103,7 @@ class Task:
     FAIL_TO_PASS: list[str]  # pytest node ids failing at base_commit, passing with `patch`
     PASS_TO_PASS: list[str]  # pytest node ids passing both before and after `patch`
     suite: str = ""  # bundled suite that built it ("micro"); "" for generated or imported tasks
-    split: str = ""  # "train" or "heldout" in bundled suites; "" for generated tasks
+    split: str = ""  # "train", "val", "heldout", ...: bundled suites and `tasks make` folders
     test_files: list[str] = field(default_factory=list)  # repo-relative paths test_patch adds
     language: str = "python"  # language of the repository's code and tests
     kind: str = ""  # bug kind, e.g. "operator_swap" or "feature_deletion"; "" if unknown

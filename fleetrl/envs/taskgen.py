@@ -20,6 +20,10 @@ Hidden-test policy: every test file (any `test_*.py`, `*_test.py`, `conftest.py`
 everything under a `tests/`, `test/` or `testing/` folder) is removed from the base commit
 and re-added by `test_patch`, so the agent sees no test and P2P tests still run at grading.
 
+Splits: the functions that kept tasks are shuffled by the seed and put, whole, into
+`heldout` and `val` (fractions of the functions, 0.2 and 0.1 by default) and `train`, so
+no function has tasks in two splits.
+
 The problem statement lists the failing tests and their assertion messages (as pytest
 reports them), never the mutated location; for feature deletion it also names the function
 to rebuild. Deterministic for a seed: sorted traversal, seeded shuffle, and candidates
@@ -33,9 +37,11 @@ source files that are not UTF-8; combined (multi-bug) tasks.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import hashlib
 import json
+import math
 import os
 import random
 import re
@@ -56,6 +62,7 @@ from fleetrl.envs.verifier.hidden import added_python_sources
 from fleetrl.types import Task
 
 REPORT_FILE = "report.json"  # per-kind counts of a generation run, next to tasks.jsonl
+SPLITS = ("train", "val", "heldout")  # the splits a generated folder's tasks are put in
 _TEST_DIRS = {"tests", "test", "testing"}
 _SKIP_DIRS = {"__pycache__", "node_modules", "venv", "build", "dist"}
 _MAX_LISTED = 5  # failing tests quoted in a problem statement
@@ -149,8 +156,14 @@ def make_tasks(
     jobs: int | None = None,
     timeout: float | None = None,
     pytest_args: Sequence[str] = (),
+    val: float = 0.1,
+    heldout: float = 0.2,
 ) -> list[Task]:
     """Generate up to `max_tasks` tasks from `repo_dir` into `out_dir` (absent or empty).
+
+    Each task gets the split `train`, `val` or `heldout` (`assign_splits`: about the
+    fractions `val` and `heldout` of the functions, all tasks of a function in one split),
+    so a folder trains, chooses and reports as the bundled suite does.
 
     Writes `out_dir/tasks.jsonl`, one repository per task under `out_dir/repos/`, and
     `out_dir/report.json` (candidates tried and kept per kind, rejection reasons). `jobs`
@@ -160,10 +173,20 @@ def make_tasks(
     """
     repo_dir, out_dir = Path(repo_dir).resolve(), Path(out_dir).resolve()
     kinds = list(kinds)
+    if val < 0 or heldout < 0 or val + heldout >= 1:
+        raise TaskError(f"split fractions val {val} and heldout {heldout}: each >= 0, sum < 1")
+    if max_tasks < 1:
+        raise TaskError(f"max_tasks must be >= 1, not {max_tasks}")
+    if timeout is not None and timeout <= 0:
+        raise TaskError(f"timeout must be > 0 seconds, not {timeout}")
     if unknown := sorted(set(kinds) - set(KINDS)):
         raise TaskError(f"unknown mutation kinds {unknown}; known: {', '.join(KINDS)}")
     if not repo_dir.is_dir():
         raise TaskError(f"{repo_dir} is not a directory")
+    if out_dir.exists() and not out_dir.is_dir():
+        raise TaskError(f"output folder {out_dir} is a file")
+    if file := next((p for p in out_dir.parents if p.exists() and not p.is_dir()), None):
+        raise TaskError(f"cannot create {out_dir}: {file} is a file")
     if out_dir.exists() and any(out_dir.iterdir()):
         raise TaskError(f"output folder {out_dir} is not empty")
     files = repo_files(repo_dir)
@@ -234,6 +257,7 @@ def make_tasks(
                 origin=f"{mutation.path}::{mutation.function}",
             )
         )
+    tasks = assign_splits(tasks, seed, val, heldout)
     write_jsonl(tasks, out_dir / TASKS_FILE)
     report = {
         "repo": str(repo_dir),
@@ -243,9 +267,28 @@ def make_tasks(
         "tasks": len(tasks),
         "by_kind": {k: {"tried": stats[k, "tried"], "kept": stats[k, "kept"]} for k in kinds},
         "rejected": {r: stats[r] for r in _REJECTIONS if stats[r]},
+        "splits": {name: sum(t.split == name for t in tasks) for name in SPLITS},
     }
     (out_dir / REPORT_FILE).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     return tasks
+
+
+def assign_splits(tasks: list[Task], seed: int, val: float, heldout: float) -> list[Task]:
+    """The tasks with their split set: the functions they mutate, in a seeded order, go
+    a fraction `heldout` to `heldout`, `val` to `val`, the rest to `train` (rounded, so
+    a repository of few functions may have an empty split). Two bugs in one function are
+    never in two splits: a model trained on one would have seen the other's code."""
+    functions = sorted({task.origin for task in tasks})
+    random.Random(f"splits-{seed}").shuffle(functions)
+    n = len(functions)
+    # Rounded up, so that a few functions still give each asked-for split one, unless that
+    # would leave train nothing; then to the nearest.
+    n_heldout, n_val = math.ceil(round(heldout * n, 9)), math.ceil(round(val * n, 9))
+    if n_heldout + n_val >= n:
+        n_heldout, n_val = round(heldout * n), round(val * n)
+    split_of = {f: "heldout" for f in functions[:n_heldout]}
+    split_of |= {f: "val" for f in functions[n_heldout : n_heldout + n_val]}
+    return [dataclasses.replace(t, split=split_of.get(t.origin, "train")) for t in tasks]
 
 
 def _evaluate(

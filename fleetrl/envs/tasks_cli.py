@@ -55,7 +55,8 @@ def list_tasks(
     suite: SuiteOption = None,
     tasks_dir: TasksOption = None,
     split: Annotated[
-        str | None, typer.Option(help="Only this split (micro: train or heldout).")
+        str | None,
+        typer.Option(help="Only this split (micro: train, val, heldout, heldout-templates)."),
     ] = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -69,6 +70,8 @@ def list_tasks(
     except TaskError as err:
         raise _fail(str(err)) from None
     ids = [task.instance_id for task in tasks]
+    if not ids and not as_json:
+        raise _fail(f"no tasks in {tasks_dir}")
     typer.echo(json.dumps(ids) if as_json else "\n".join(ids))
 
 
@@ -149,6 +152,12 @@ def make(
         list[str] | None,
         typer.Option(help="Extra pytest argument for every run, repeatable: --pytest-arg=-x."),
     ] = None,
+    val: Annotated[
+        float, typer.Option(help="Fraction of the functions whose tasks go to `val`.")
+    ] = 0.1,
+    heldout: Annotated[
+        float, typer.Option(help="Fraction of the functions whose tasks go to `heldout`.")
+    ] = 0.2,
     progress: Annotated[bool, typer.Option(help="Show a progress bar on stderr.")] = True,
     as_json: JsonOption = False,
 ) -> None:
@@ -157,12 +166,17 @@ def make(
     Each candidate is one syntax-tree mutation or a deleted function body; it is kept iff
     it makes a passing test fail while the rest of the suite still runs. Writes
     OUT/tasks.jsonl, one git repository per task under OUT/repos/, and OUT/report.json.
+    Tasks are split by function into train, val (choices) and heldout (reporting), so
+    `fleetrl train --set tasks.tasks_dir=OUT` and `fleetrl eval CKPT --tasks OUT` work on
+    the folder as on the bundled suite.
     """
     from fleetrl.envs.mutations import KINDS
     from fleetrl.envs.records import TaskError
     from fleetrl.envs.taskgen import REPORT_FILE, make_tasks
 
     chosen = [k.strip() for k in kinds.split(",") if k.strip()] if kinds else list(KINDS)
+    if jobs < 0:
+        raise _fail(f"--jobs must be >= 0 (0: up to 4), not {jobs}")
     try:
         tasks = make_tasks(
             repo_dir,
@@ -174,6 +188,8 @@ def make(
             jobs=jobs or None,
             timeout=timeout,
             pytest_args=pytest_arg or (),
+            val=val,
+            heldout=heldout,
         )
     except TaskError as err:
         raise _fail(str(err)) from None
@@ -184,7 +200,9 @@ def make(
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"{len(tasks)} tasks from {report['candidates']} candidates in {out}")
+    splits = ", ".join(f"{n} {name}" for name, n in report["splits"].items())
+    title = f"{len(tasks)} tasks ({splits}) from {report['candidates']} candidates in {out}"
+    table = Table(title=title)
     for column in ("kind", "tried", "kept"):
         table.add_column(column, justify="left" if column == "kind" else "right")
     for kind, counts in report["by_kind"].items():

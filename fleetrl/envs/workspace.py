@@ -96,6 +96,8 @@ def checkout(task: Task, dest: Path) -> Path:
     dest = Path(dest)
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
         raise TaskError(f"{dest} exists and is not an empty directory")
+    if file := next((p for p in dest.parents if p.exists() and not p.is_dir()), None):
+        raise TaskError(f"cannot create {dest}: {file} is a file")
     repo = ensure_repo(task)
     proc = subprocess.run(
         ["git", "archive", "--format=tar", task.base_commit],

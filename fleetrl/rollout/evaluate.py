@@ -612,17 +612,19 @@ def protocol_report(
         return _Run(tasks, t, samples, f"{name}{split} T={t:g} x{samples}", after_slip)
 
     digest = weights_digest(checkpoint)  # read once: a checkpoint can be gigabytes
-    cached = sweep_cache_path(digest, config)
+    # Only a choice reads the val split: a given temperature evaluates a folder without one.
+    cached = sweep_cache_path(digest, config) if temperature is None else None
 
     async def work(session: _Session) -> dict[str, Any]:
         chosen, figures = temperature, {}
-        if chosen is None:
+        if cached is not None:
             chosen, figures = _earlier_choice(cached)
         if chosen is None:
             runs = _sweep_runs(config, name)
             *swept, greedy = await session.run([*runs, greedy_run])
             sweep = _by_temperature(runs, swept)
             chosen, figures = pick_temperature(sweep), _sweep_figures(sweep)
+            assert cached is not None
             write_whole(cached, json.dumps({"temperature": chosen, "val_sweep": figures}).encode())
             reported = greedy if chosen == 0 else (await session.run([run_at(chosen)]))[0]
         elif chosen == 0:

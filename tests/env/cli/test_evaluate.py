@@ -24,6 +24,10 @@ def test_eval_json_on_a_random_model(tmp_path):
         str(model_dir),
         "--set",
         "eval.max_tasks=2",
+        # At a given temperature nothing is chosen, so the val split is never read: a task
+        # folder without one (`fleetrl tasks make` on a small repository) still evaluates.
+        "--set",
+        "eval.val_split=absent",
         "--episodes",
         "4",
         "--threads",

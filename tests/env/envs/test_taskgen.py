@@ -130,6 +130,11 @@ def test_generation_keeps_tasks_and_reports_per_kind(generated: tuple) -> None:
     assert report["tasks"] == 10 and report["baseline_passing"] == 7
     assert sum(k["kept"] for k in report["by_kind"].values()) == 10
     assert load_tasks(tasks_dir=out) == tasks
+    # Split by function: a folder trains, chooses and reports as the bundled suite does.
+    assert sum(report["splits"].values()) == 10 and report["splits"]["train"] > 0
+    assert report["splits"]["heldout"] == len(load_tasks(tasks_dir=out, split="heldout")) > 0
+    for function in {t.origin for t in tasks}:
+        assert len({t.split for t in tasks if t.origin == function}) == 1
     for task in tasks:
         assert task.FAIL_TO_PASS and not set(task.FAIL_TO_PASS) & set(task.PASS_TO_PASS)
         # Seven tests pass at baseline; the one failing there is in neither list.

@@ -48,6 +48,7 @@ def test_cli_surface_is_frozen() -> None:
         "show": ["--json", "--suite", "--tasks"],
         "checkout": ["--suite", "--tasks"],
         "make": [
+            "--heldout",
             "--jobs",
             "--json",
             "--kinds",
@@ -57,6 +58,7 @@ def test_cli_surface_is_frozen() -> None:
             "--pytest-arg",
             "--seed",
             "--timeout",
+            "--val",
         ],
     }
     for name in options:
@@ -78,3 +80,37 @@ def test_user_errors_are_one_line_with_exit_code_2(tmp_path: Path) -> None:
         "make", str(tmp_path), "--out", str(tmp_path / "o"), "--kinds", "op_swap"
     )
     assert "not a directory" in _error("make", str(tmp_path / "nope"), "--out", str(tmp_path / "o"))
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    assert "afile is a file" in _error("checkout", "micro-train-0000", str(afile / "ws"))
+    assert "is a file" in _error("make", str(tmp_path), "--out", str(afile))
+    assert "is a file" in _error("make", str(tmp_path), "--out", str(afile / "o"))
+    out = str(tmp_path / "o")
+    assert "max_tasks must be >= 1" in _error(
+        "make", str(tmp_path), "--out", out, "--max-tasks", "0"
+    )
+    assert "timeout must be > 0" in _error("make", str(tmp_path), "--out", out, "--timeout", "0")
+    assert "--jobs must be >= 0" in _error("make", str(tmp_path), "--out", out, "--jobs", "-1")
+    assert "sum < 1" in _error(
+        "make", str(tmp_path), "--out", out, "--heldout", "0.9", "--val", "0.2"
+    )
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "tasks.jsonl").write_text("")
+    assert "no tasks in" in _error("list", "--tasks", str(tmp_path / "empty"))
+
+
+def test_generated_tasks_split_by_function_into_train_val_and_heldout() -> None:
+    from fleetrl.envs.taskgen import assign_splits
+    from fleetrl.types import Task
+
+    def task(i: int, function: str) -> Task:
+        return Task(f"t{i}", "r", "c", "p", "d", "t", ["f"], [], origin=f"m.py::{function}")
+
+    tasks = [task(i, f"f{i // 3}") for i in range(60)]  # 20 functions, 3 bugs each
+    split = assign_splits(tasks, seed=0, val=0.1, heldout=0.2)
+    counts = {name: sum(t.split == name for t in split) for name in ("train", "val", "heldout")}
+    assert counts == {"train": 42, "val": 6, "heldout": 12}
+    for function in {t.origin for t in split}:
+        assert len({t.split for t in split if t.origin == function}) == 1
+    assert split == assign_splits(list(reversed(tasks)), seed=0, val=0.1, heldout=0.2)[::-1]
+    assert split != assign_splits(tasks, seed=1, val=0.1, heldout=0.2)
