@@ -132,6 +132,8 @@ def verify(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
 ) -> None:
     """Grade a workspace: its non-test changes, hidden tests, anti-cheat flags -> reward."""
+    if not timeout > 0:
+        raise fail(f"--timeout must be > 0 seconds, not {timeout:g}")
     from fleetrl.envs.records import TaskError
     from fleetrl.envs.suites import get_task
     from fleetrl.envs.verifier import verify_workspace

@@ -154,9 +154,11 @@ def read_region_metrics(store: ObjectStore) -> dict[str, list[dict]]:
         for _, key in keys:
             try:
                 text = store.get(key).decode()
+                records += [json.loads(line) for line in text.splitlines() if line.strip()]
             except ObjectNotFound:
                 continue
-            records += [json.loads(line) for line in text.splitlines() if line.strip()]
+            except ValueError as err:  # objects are written whole: this one was altered
+                log.warning("skipped region metrics %s: not JSON lines (%s)", key, err)
     return regions
 
 

@@ -65,6 +65,19 @@ def test_records_come_back_by_region_in_order(location):
     ]  # fmt: skip
 
 
+def test_an_altered_metrics_object_is_skipped_not_fatal(location, caplog):
+    store = location.open()
+    west = RegionMetricsWriter(store, "west")
+    west.append(applied(1))
+    west.flush()
+    store.put("metrics/regions/west/0000000001.jsonl", b'{"kind": "applied", "vers')
+    west.append(applied(2))
+    west.flush()  # continues after the altered object
+    got = read_region_metrics(store)
+    assert [r["version"] for r in got["west"]] == [1, 2]
+    assert "skipped region metrics metrics/regions/west/0000000001.jsonl" in caplog.text
+
+
 def test_a_restarted_region_continues_and_never_overwrites(location):
     store = location.open()
     first = RegionMetricsWriter(store, "west")

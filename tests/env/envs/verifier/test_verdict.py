@@ -215,6 +215,9 @@ def test_verify_cli_json(task, workspace):
     assert json.loads(result.output)["reward"] == 1.0
     missing = CliRunner().invoke(app, ["verify", "no-such-task", "--workspace", str(workspace)])
     assert missing.exit_code == 2 and "unknown task id" in missing.output
+    args = ["verify", TASK_ID, "--workspace", str(workspace), "--timeout", "0"]
+    no_time = CliRunner().invoke(app, args)
+    assert no_time.exit_code == 2 and "--timeout must be > 0" in no_time.output
 
 
 # Gold patches of the micro suite grade 1 under the real verifier: every third task (373, all
