@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Annotated
 
@@ -10,7 +11,9 @@ import typer
 
 from fleetrl.cli.common import ConfigOption, SetOption, fail, run_config
 
-bench_app = typer.Typer(help="Measure fleetrl's parts (results as a table or --json).")
+bench_app = typer.Typer(
+    help="Measure fleetrl's parts (results as a table or --json).", no_args_is_help=True
+)
 
 
 @bench_app.command("engine")
@@ -58,6 +61,8 @@ def bench_sandbox(
     """Sandbox start-up latency (p50/p99), a burst of 100, peak concurrency, memory each."""
     if min(n, burst, max_concurrent, pool_size) < 1:
         raise fail("--n, --burst, --max-concurrent and --pool-size must be >= 1")
+    if base_dir is not None and not base_dir.is_dir():
+        raise fail(f"--base-dir: {base_dir} is not a directory")
     from fleetrl.envs.sandbox import SandboxError
     from fleetrl.envs.sandbox.bench import run_sandbox_bench
 
@@ -103,8 +108,20 @@ def bench_weights(
         rates = [float(x) for x in lrs.split(",") if x.strip()]
     except ValueError:
         raise fail(f"--lrs must be comma-separated numbers, got {lrs!r}") from None
-    if not rates or steps < 1 or synthetic_params < 0 or threads < 1 or decode_batch < 1:
-        raise fail("need --lrs, --steps >= 1, --synthetic-params >= 0, --threads >= 1")
+    if not rates or not all(math.isfinite(rate) and rate > 0 for rate in rates):
+        raise fail(f"--lrs must be learning rates > 0, got {lrs!r}")
+    for option, value, least in (
+        ("--steps", steps, 1),
+        ("--synthetic-params", synthetic_params, 0),
+        ("--threads", threads, 1),
+        ("--decode-batch", decode_batch, 1),
+    ):
+        if value < least:
+            raise fail(f"{option} must be >= {least}, got {value}")
+    if not 1 <= zstd_level <= 22:
+        raise fail(f"--zstd-level must be in 1..22, got {zstd_level}")
+    if from_run:
+        check_published_run(from_run)
     from fleetrl.orchestrate.weights_bench import (
         WeightsBenchConfig,
         flat_figures,
@@ -202,8 +219,10 @@ def bench_fleet(
     between the first and last optimizer step, and samples/s killed / none. Settings start
     from the run configuration tree (defaults, --config, --set); the flags set the
     workload."""
-    if steps < 2 or groups_per_step < 1 or group_size < 2 or max_staleness < 0:
+    if steps < 2 or groups_per_step < 1 or group_size < 2:
         raise fail("need --steps >= 2, --groups-per-step >= 1, --group-size >= 2")
+    if max_staleness < 0:
+        raise fail(f"--max-staleness must be >= 0, got {max_staleness}")
     if link_mbps <= 0 or slow_latency < 0:
         raise fail("need --link-mbps > 0 and --slow-latency >= 0")
     base = run_config(config_file, set_, {"model.path": model})
@@ -309,6 +328,28 @@ def bench_learning(
     )
 
 
+def check_published_run(source: str) -> None:
+    """Fail unless `source` (--from-run) holds published versions, read the way the weights
+    benchmark reads it: a run directory's `store` folder, else a store URL or folder.
+    Checked before the benchmark so that a wrong path does not cost a whole run first."""
+    from fleetrl.store.errors import WeightStoreError
+    from fleetrl.store.weights import WeightStore
+
+    run_store = Path(source) / "store"
+    if run_store.is_dir():
+        url = str(run_store)
+    elif "://" in source or Path(source).is_dir():
+        url = source
+    else:
+        raise fail(f"--from-run: {source} is not a run directory (runs/NAME) or a store URL")
+    try:
+        latest = WeightStore(url).latest()
+    except (OSError, WeightStoreError) as err:
+        raise fail(f"--from-run: {err}") from None
+    if latest is None:
+        raise fail(f"--from-run: {url} holds no published versions")
+
+
 def print_figures(result: dict, title: str, as_json: bool) -> None:
     """A benchmark's figures as JSON or as a two-column table."""
     if as_json:
@@ -321,5 +362,6 @@ def print_figures(result: dict, title: str, as_json: bool) -> None:
     table.add_column("metric")
     table.add_column("value", justify="right")
     for key, value in result.items():
-        table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
+        shown = "n/a" if value is None else str(value)
+        table.add_row(key, f"{value:.4g}" if isinstance(value, float) else shown)
     Console().print(table)

@@ -20,17 +20,35 @@ def model_init(
     hidden: Annotated[int, typer.Option(help="Hidden size.")] = 256,
     heads: Annotated[int, typer.Option(help="Attention heads (head_dim = hidden / heads).")] = 4,
     kv_heads: Annotated[int, typer.Option(help="Key/value heads (grouped-query attention).")] = 2,
-    experts: Annotated[int, typer.Option(help="Experts per MoE layer (with --moe).")] = 8,
+    experts: Annotated[
+        int,
+        typer.Option(
+            help="Experts per MoE layer (with --moe); each token goes to 2 of them (1 if only 1)."
+        ),
+    ] = 8,
     seed: Annotated[int, typer.Option(help="Random seed of the weights.")] = 0,
     force: Annotated[
         bool, typer.Option("--force", help="Overwrite a non-empty directory.")
     ] = False,
 ) -> None:
     """Write a small random Qwen3 model with the project tokenizer, in Hugging Face layout."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise fail(f"{out_dir} exists and is not a directory")
     if out_dir.exists() and any(out_dir.iterdir()) and not force:
         raise fail(f"{out_dir} is not empty (use --force to overwrite)")
+    sizes = {"--layers": layers, "--hidden": hidden, "--heads": heads, "--kv-heads": kv_heads}
+    if moe:
+        sizes["--experts"] = experts
+    for option, value in sizes.items():
+        if value < 1:
+            raise fail(f"{option} must be >= 1, got {value}")
     if hidden % heads or heads % kv_heads:
         raise fail("--hidden must be divisible by --heads, and --heads by --kv-heads")
+    if (hidden // heads) % 2:
+        raise fail(
+            f"--hidden / --heads is the head size, {hidden // heads}; "
+            "it must be even (rotary position embeddings rotate pairs)"
+        )
     from fleetrl.model.checkpoint import init_model, save_pretrained
     from fleetrl.model.config import ModelConfig
     from fleetrl.model.tokenizer import bundled_tokenizer
@@ -43,9 +61,14 @@ def model_init(
         heads=heads,
         num_key_value_heads=kv_heads,
         num_experts=experts if moe else 0,
+        num_experts_per_tok=min(2, experts) if moe else 2,
         moe_intermediate_size=hidden,
         eos_token_id=tokenizer.eos_id,
     )
+    try:
+        config.validate()
+    except ValueError as err:
+        raise fail(str(err)) from None
     model = init_model(config, seed=seed)
     save_pretrained(model, out_dir)
     tokenizer.save(out_dir)
@@ -54,9 +77,11 @@ def model_init(
 
 
 def serve(
-    checkpoint: Annotated[Path, typer.Argument(help="Hugging Face checkpoint directory.")],
+    checkpoint: Annotated[
+        Path, typer.Argument(help="Hugging Face checkpoint directory, or `base`.")
+    ],
     host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
+    port: Annotated[int, typer.Option(help="TCP port (0: any free one).")] = 8000,
     admin_token: Annotated[
         str | None,
         typer.Option(
@@ -65,21 +90,39 @@ def serve(
         ),
     ] = None,
     max_batch_size: Annotated[int, typer.Option(help="Requests decoded together.")] = 64,
-    max_model_len: Annotated[int, typer.Option(help="Context length (prompt + output).")] = 2048,
+    max_model_len: Annotated[
+        int,
+        typer.Option(
+            help="Context length (prompt + output); 0: the model's own maximum, at most 4096."
+        ),
+    ] = 2048,
     dtype: Annotated[str, typer.Option(help="float32, bfloat16, float16 or auto.")] = "auto",
-    threads: Annotated[int, typer.Option(help="torch CPU threads (0: torch's default).")] = 0,
+    threads: Annotated[
+        int | None, typer.Option(help="torch CPU threads (default: torch's own choice).")
+    ] = None,
 ) -> None:
     """Serve a checkpoint: OpenAI-compatible API, token-level /generate, weight updates."""
-    if not (checkpoint / "config.json").is_file():
-        raise fail(f"{checkpoint} is not a checkpoint directory (no config.json)")
+    if not 0 <= port <= 65535:
+        raise fail(f"--port must be in 0..65535, got {port}")
+    if max_batch_size < 1:
+        raise fail(f"--max-batch-size must be >= 1, got {max_batch_size}")
+    if max_model_len < 0:
+        raise fail(f"--max-model-len must be >= 1, or 0 for the model's own, got {max_model_len}")
+    if threads is not None and threads < 1:
+        raise fail(f"--threads must be >= 1, got {threads}")
     if dtype not in ("auto", "float32", "bfloat16", "float16"):
         raise fail(f"--dtype must be auto, float32, bfloat16 or float16, not {dtype!r}")
+    from fleetrl.model.checkpoint import CheckpointError, resolve_checkpoint
+
+    path = resolve_checkpoint(checkpoint)
+    if not (path / "config.json").is_file():
+        raise fail(f"{checkpoint} is not a checkpoint directory (no config.json)")
+    from fleetrl.inference.server import ListenError
     from fleetrl.inference.server import serve as run_server
-    from fleetrl.model.checkpoint import CheckpointError
 
     try:
         run_server(
-            checkpoint,
+            path,
             host=host,
             port=port,
             admin_token=admin_token,
@@ -88,5 +131,5 @@ def serve(
             dtype=dtype,
             threads=threads,
         )
-    except (CheckpointError, FileNotFoundError) as err:
+    except (CheckpointError, FileNotFoundError, ListenError) as err:
         raise fail(str(err)) from None

@@ -13,6 +13,11 @@ from fleetrl.cli.common import SetOption, fail, run_config
 
 run_app = typer.Typer(help="Runs that live in an object store.", no_args_is_help=True)
 
+# How long `status` and the first contact of `run create` retry an unreachable remote store
+# (each retry is logged): a user waits at the terminal, unlike the long-lived roles, which
+# ride out outages of the store's default window.
+QUICK_OUTAGE_S = 10.0
+
 StoreOption = Annotated[
     str,
     typer.Option(
@@ -48,6 +53,16 @@ def run_create(
     config = run_config(config_file, set_, {})
     from fleetrl.model.checkpoint import resolve_checkpoint
     from fleetrl.orchestrate.run import RunExists, create_run
+    from fleetrl.store.objectstore import BadStoreURL, StoreUnreachable, open_store
+    from fleetrl.store.run import CONFIG_KEY
+
+    # The store first: a bad URL, an unreachable store or an existing run fails at once,
+    # before the tasks are loaded (create_run checks again, with the full outage window).
+    try:
+        if open_store(store, outage_s=QUICK_OUTAGE_S).exists(CONFIG_KEY):
+            raise fail(f"{store} already holds a run ({CONFIG_KEY})")
+    except (BadStoreURL, StoreUnreachable) as err:
+        raise fail(str(err)) from None
 
     base = resolve_checkpoint(config.model.path)
     if not (base / "config.json").is_file():
@@ -72,12 +87,16 @@ def trainer_command(store: StoreOption = "", workdir: WorkdirOption = None) -> N
     Exit code 3: a newer trainer of the same run has started (this one was fenced off)."""
     if not store:
         raise fail("--store is required")
-    from fleetrl.orchestrate.roles import trainer_role
-    from fleetrl.store.run import RunNotFound
+    from fleetrl.config import ConfigError
+    from fleetrl.orchestrate.roles import START_ERRORS, start_trainer, train
 
     try:
-        code = trainer_role(store, workdir)
-    except RunNotFound as err:
+        config, folder = start_trainer(store, workdir)
+    except START_ERRORS as err:
+        raise fail(str(err)) from None
+    try:
+        code = train(config, folder)
+    except ConfigError as err:  # a config the trainer refuses (e.g. greedy sampling)
         raise fail(str(err)) from None
     raise typer.Exit(code)
 
@@ -118,14 +137,17 @@ def region_command(
     if link_mbps is not None and (link_mbps <= 0 or not regional_store):
         raise fail("--link-mbps needs --regional-store and a bandwidth > 0")
     from fleetrl.config import ConfigError, parse_overrides
-    from fleetrl.orchestrate.roles import region_role
-    from fleetrl.store.run import RunNotFound
+    from fleetrl.orchestrate.roles import START_ERRORS, roll_out, start_region
 
     link = link_mbps * 1e6 / 8 if link_mbps is not None else None
     try:
         overrides = parse_overrides(set_ or [])
-        code = region_role(store, name, workdir, regional_store, overrides, link)
-    except (RunNotFound, ConfigError) as err:
+        config, folder = start_region(store, name, workdir, regional_store, overrides)
+    except START_ERRORS as err:
+        raise fail(str(err)) from None
+    try:
+        code = roll_out(config, folder, name, regional_store, link)
+    except ConfigError as err:
         raise fail(str(err)) from None
     raise typer.Exit(code)
 
@@ -142,15 +164,15 @@ def status_command(
         raise fail("--store is required")
     from fleetrl.orchestrate.status import as_json as status_json
     from fleetrl.orchestrate.status import run_status
-    from fleetrl.store.objectstore import open_store
-    from fleetrl.store.run import read_config_text
+    from fleetrl.store.objectstore import BadStoreURL, StoreUnreachable, open_store
+    from fleetrl.store.run import RunNotFound, read_config_text
 
-    opened = open_store(store)
     try:
+        opened = open_store(store, outage_s=QUICK_OUTAGE_S)
         read_config_text(opened)
-    except LookupError as err:
+        status = run_status(opened)
+    except (BadStoreURL, StoreUnreachable, RunNotFound) as err:
         raise fail(str(err)) from None
-    status = run_status(opened)
     if as_json:
         typer.echo(json.dumps(status_json(status), indent=2))
         return
@@ -196,4 +218,7 @@ def report(
     from fleetrl.observe import write_report
     from fleetrl.store.region_metrics import read_run_region_metrics
 
-    typer.echo(f"wrote {write_report(run_dir, read_run_region_metrics(run_dir))}")
+    try:
+        typer.echo(f"wrote {write_report(run_dir, read_run_region_metrics(run_dir))}")
+    except ValueError as err:  # a metrics.jsonl line corrupted before its end
+        raise fail(str(err)) from None

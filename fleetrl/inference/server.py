@@ -22,8 +22,10 @@ Not covered: streaming, `echo`, batched prompts, penalties and logit bias.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import hmac
+import socket
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -314,6 +316,44 @@ def check_admin(request: Request, admin_token: str | None) -> None:
         )
 
 
+class ListenError(Exception):
+    """The server cannot listen where it was asked to: an unknown host, a port in use, a
+    port it may not bind."""
+
+
+def host_port(host: str, port: int) -> str:
+    """`host:port` as a URL writes it (an IPv6 address in brackets)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def listen_sockets(host: str, port: int) -> list[socket.socket]:
+    """Sockets bound to `port` on every address `host` resolves to, as uvicorn's own
+    `loop.create_server(host, port)` would bind them. Bound before the model loads so that a
+    bad host or a port in use is reported at once, as a ListenError, not after loading."""
+    where = host_port(host, port)
+    try:
+        addresses = socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+    except (OSError, OverflowError) as err:  # OverflowError: a port outside 0..65535
+        reason = getattr(err, "strerror", None) or err
+        raise ListenError(f"cannot listen on {where}: {reason}") from None
+    sockets: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in dict.fromkeys(addresses):  # once each
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:  # the IPv4 address, if any, has its own socket
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+    except OSError as err:
+        for sock in sockets:
+            sock.close()
+        raise ListenError(f"cannot listen on {where}: {err.strerror or err}") from None
+    return sockets
+
+
 def serve(
     checkpoint: Path,
     host: str = "127.0.0.1",
@@ -322,26 +362,40 @@ def serve(
     max_batch_size: int = 64,
     max_model_len: int = 2048,
     dtype: str = "auto",
-    threads: int = 0,
+    threads: int | None = None,
 ) -> None:
     """Load a checkpoint and its tokenizer and serve them until interrupted (`fleetrl serve`).
 
-    `dtype="auto"` keeps the checkpoint's dtype; `threads=0` leaves torch's default. The model
-    runs on the GPU when there is one.
+    `dtype="auto"` keeps the checkpoint's dtype; `threads=None` leaves torch's default;
+    `max_model_len=0` is the model's own maximum (at most 4096). The model runs on the GPU
+    when there is one. Raises ListenError, before loading anything, when it cannot listen.
     """
-    if threads > 0:
-        torch.set_num_threads(threads)
-    model = load_pretrained(checkpoint, dtype=None if dtype == "auto" else DTYPES[dtype])
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    model = model.to(device)
-    tokenizer = Tokenizer.from_pretrained(checkpoint)
-    engine = Engine(model, max_batch_size=max_batch_size, max_model_len=max_model_len)
-    name = checkpoint.resolve().name
-    app = create_app(engine, tokenizer, model_name=name, admin_token=admin_token)
-    updates = "enabled" if admin_token else "disabled"
-    print(
-        f"fleetrl: serving {name} on http://{host}:{port} ({device}, "
-        f"max_model_len {engine.max_model_len}, weight updates {updates})",
-        flush=True,
-    )
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    if max_batch_size < 1 or max_model_len < 0 or (threads is not None and threads < 1):
+        raise ValueError(
+            "need max_batch_size >= 1, max_model_len >= 0 (0: the model's own) and threads >= 1"
+        )
+    sockets = listen_sockets(host, port)
+    try:
+        if threads is not None:
+            torch.set_num_threads(threads)
+        model = load_pretrained(checkpoint, dtype=None if dtype == "auto" else DTYPES[dtype])
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        model = model.to(device)
+        tokenizer = Tokenizer.from_pretrained(checkpoint)
+        engine = Engine(model, max_batch_size=max_batch_size, max_model_len=max_model_len)
+        name = checkpoint.resolve().name
+        app = create_app(engine, tokenizer, model_name=name, admin_token=admin_token)
+        updates = "enabled" if admin_token else "disabled"
+        bound = sockets[0].getsockname()[1]  # the port picked when `port` is 0
+        print(
+            f"fleetrl: serving {name} on http://{host_port(host, bound)} ({device}, "
+            f"max_model_len {engine.max_model_len}, weight updates {updates})",
+            flush=True,
+        )
+        server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+        # uvicorn re-raises the Ctrl-C it handled once it has shut down; that is the end.
+        with contextlib.suppress(KeyboardInterrupt):
+            server.run(sockets=sockets)
+    finally:
+        for sock in sockets:
+            sock.close()

@@ -85,6 +85,23 @@ class ModelConfig:
 
     def validate(self) -> None:
         """Raise ValueError naming the field when the shapes do not fit together."""
+        sizes = {
+            "vocab_size": self.vocab_size,
+            "hidden_size": self.hidden_size,
+            "intermediate_size": self.intermediate_size,
+            "num_hidden_layers": self.num_hidden_layers,
+            "num_attention_heads": self.num_attention_heads,
+            "num_key_value_heads": self.num_key_value_heads,
+            "head_dim": self.head_dim,
+        }
+        if self.is_moe:
+            sizes["moe_intermediate_size"] = self.moe_intermediate_size
+            sizes["decoder_sparse_step"] = self.decoder_sparse_step
+        for name, value in sizes.items():
+            if value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
+        if self.num_experts < 0:
+            raise ValueError(f"num_experts must be >= 0 (0: dense), got {self.num_experts}")
         if self.num_attention_heads % self.num_key_value_heads:
             raise ValueError(
                 f"num_attention_heads ({self.num_attention_heads}) must be a multiple of "

@@ -11,6 +11,11 @@ its own `rollout` settings (a slower environment, fewer groups): they change not
 the run's other processes. The trainer exits 0 when
 the run's steps are done and FENCED_EXIT when a newer trainer has taken over; a region
 exits 0 after the trainer's stop signal. `fleetrl train` starts them the same way.
+
+Each role is a start-up (`start_trainer`, `start_region`), which checks everything a
+user's mistake can fail (the store URLs, the run and its config, the overrides, the work
+folder) before it copies anything and raises one of START_ERRORS for it, then the run
+itself (`train`, `roll_out`).
 """
 
 from __future__ import annotations
@@ -19,33 +24,107 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from fleetrl.config import ConfigError, parse_config, with_overrides
+from fleetrl.config import ConfigError, RunConfig, check_trainable, parse_config, with_overrides
 from fleetrl.orchestrate.run import open_run
 from fleetrl.store.control import Fenced
-from fleetrl.store.objectstore import open_store
-from fleetrl.store.run import read_config_text
+from fleetrl.store.manifest import LATEST_KEY
+from fleetrl.store.objectstore import BadStoreURL, StoreUnreachable, file_in_the_way, open_store
+from fleetrl.store.run import CONFIG_KEY, RunNotFound, read_config_text
 
 FENCED_EXIT = 3  # not a crash: another incarnation runs the trainer now; do not restart
 
 
-def default_workdir(url: str, region: str | None = None) -> Path:
+class BadWorkdir(ValueError):
+    """A work folder that cannot be made: a file is in the way."""
+
+
+# What a role's start-up raises for a user's mistake, each with a one-line message.
+START_ERRORS = (BadStoreURL, StoreUnreachable, RunNotFound, ConfigError, BadWorkdir)
+
+
+def default_workdir(name: str, region: str | None = None) -> Path:
     """runs/NAME (the trainer) or runs/NAME/regions/REGION, NAME being the run's name."""
-    name = parse_config(read_config_text(open_store(url)), url).name
     folder = Path("runs") / name
     return folder / "regions" / region if region else folder
 
 
-def trainer_role(url: str, workdir: Path | None = None) -> int:
-    """Run the trainer of the run at `url` until its steps are done; the exit code."""
+def read_run_config(url: str) -> RunConfig:
+    """The configuration stored in the run at `url`, parsed: the first contact with the
+    store, so that a bad URL, an unreachable store, a missing run or an invalid config
+    fails here, before anything is copied."""
+    return parse_config(read_config_text(open_store(url)), f"{url}/{CONFIG_KEY}")
+
+
+def check_workdir(workdir: Path) -> Path:
+    """`workdir`, once sure that a folder can be made there; BadWorkdir otherwise."""
+    blocker = file_in_the_way(workdir)
+    if blocker == workdir:
+        raise BadWorkdir(f"work folder {workdir} is a file, not a folder")
+    if blocker is not None:
+        raise BadWorkdir(f"work folder {workdir}: {blocker} is a file, not a folder")
+    return workdir
+
+
+def start_trainer(url: str, workdir: Path | None = None) -> tuple[RunConfig, Path]:
+    """The trainer's start-up: the checks, then the run copied into its work folder
+    (default runs/NAME). Returns the config (pointing at the copies) and the folder."""
+    config = read_run_config(url)
+    check_trainable(config)
+    workdir = check_workdir(workdir or default_workdir(config.name))
+    return open_run(url, workdir), workdir
+
+
+def train(config: RunConfig, workdir: Path) -> int:
+    """Run a started trainer until its steps are done; the exit code."""
     from fleetrl.trainer.loop import run_trainer
 
-    workdir = workdir or default_workdir(url)
-    config = open_run(url, workdir)
     try:
         run_trainer(config, workdir)
     except Fenced as err:
         print(f"fleetrl trainer: {err}; exiting", file=sys.stderr)
         return FENCED_EXIT
+    return 0
+
+
+def trainer_role(url: str, workdir: Path | None = None) -> int:
+    """Run the trainer of the run at `url` until its steps are done; the exit code."""
+    config, workdir = start_trainer(url, workdir)
+    return train(config, workdir)
+
+
+def start_region(
+    url: str,
+    name: str,
+    workdir: Path | None = None,
+    regional_store: str | None = None,
+    overrides: dict[str, Any] | None = None,
+) -> tuple[RunConfig, Path]:
+    """Region `name`'s start-up: the checks (the overrides are applied to the stored
+    config once before the copy, to validate them), then the run copied into its work
+    folder (default runs/RUN/regions/NAME). Returns the config with the overrides and
+    the folder."""
+    others = sorted(set(overrides or {}) - {"rollout"})
+    if others:
+        raise ConfigError(f"a region may override only rollout.* settings, not {others[0]}.*")
+    config = with_overrides(read_run_config(url), overrides or {})
+    workdir = check_workdir(workdir or default_workdir(config.name, name))
+    if regional_store:
+        # One cheap call: a regional store that is unreachable fails now, not after the copy.
+        open_store(regional_store).exists(LATEST_KEY)
+    return with_overrides(open_run(url, workdir), overrides or {}), workdir
+
+
+def roll_out(
+    config: RunConfig,
+    workdir: Path,
+    name: str,
+    regional_store: str | None = None,
+    link_bytes_per_s: float | None = None,
+) -> int:
+    """Run a started region until the trainer says stop; the exit code."""
+    from fleetrl.rollout.region import run_region
+
+    run_region(config, workdir, name, regional_store, link_bytes_per_s)
     return 0
 
 
@@ -61,12 +140,5 @@ def region_role(
     `regional_store`: the region's own weight store, fed once per version by a relay over a
     link of `link_bytes_per_s` (None: unthrottled); `overrides`: this region's own
     `rollout` settings over the run's (nested, e.g. {"rollout": {"env_latency_s": 2.0}})."""
-    from fleetrl.rollout.region import run_region
-
-    others = sorted(set(overrides or {}) - {"rollout"})
-    if others:
-        raise ConfigError(f"a region may override only rollout.* settings, not {others[0]}.*")
-    workdir = workdir or default_workdir(url, name)
-    config = with_overrides(open_run(url, workdir), overrides or {})
-    run_region(config, workdir, name, regional_store, link_bytes_per_s)
-    return 0
+    config, workdir = start_region(url, name, workdir, regional_store, overrides)
+    return roll_out(config, workdir, name, regional_store, link_bytes_per_s)

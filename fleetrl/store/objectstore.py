@@ -17,9 +17,13 @@ Contract:
 - Keys are relative, '/'-separated, and never start with '/'.
 - A remote store rides out outages: a call that fails for a transient reason (connection
   refused or reset, timeout, 5xx) is retried with exponential backoff for up to
-  `outage_s` (default 120 s), each retry logged as a warning, then the failure is raised.
-  A missing key, an existing key (create) or a refused permission is an answer: never
-  retried. A local folder is not retried.
+  `outage_s` (default DEFAULT_OUTAGE_S, 120 s), each retry logged as a warning, then
+  StoreUnreachable is raised (as it is at once without credentials). A missing key, an
+  existing key (create) or a refused permission is an answer: never retried. A local
+  folder is not retried.
+- `open_store` refuses a URL that names no store (unknown scheme, a backend not
+  installed, s3:// without a bucket, a file where the folder would be) with BadStoreURL,
+  before any contact: the command line turns both errors into one line.
 
 S3 credentials and endpoint come from `storage_options` (s3fs arguments: `key`, `secret`,
 `endpoint_url`, …) or s3fs's usual environment (AWS_ACCESS_KEY_ID, AWS_ENDPOINT_URL, …).
@@ -55,11 +59,22 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 FIRST_WAIT_S, LONGEST_WAIT_S = 0.5, 8.0  # backoff between retries: doubles up to the longest
+DEFAULT_OUTAGE_S = 120.0  # how long a remote store's call retries through an outage
 CREATE_TOKEN = "fleetrl-create-token"  # S3 metadata naming the create() call that wrote an object
 
 
 class ObjectNotFound(FileNotFoundError):
     """A key that does not exist in the store."""
+
+
+class BadStoreURL(ValueError):
+    """A URL that names no store: an unknown scheme, a backend whose package is not
+    installed, s3:// without a bucket, or a local path where a file is in the way."""
+
+
+class StoreUnreachable(ConnectionError):
+    """A remote store that did not answer through the outage window, or that this process
+    has no credentials for; the message names the store and the last failure."""
 
 
 class ObjectStore(ABC):
@@ -101,11 +116,50 @@ class ObjectStore(ABC):
 
 
 def open_store(
-    url: str, storage_options: dict[str, Any] | None = None, outage_s: float = 120.0
+    url: str, storage_options: dict[str, Any] | None = None, outage_s: float | None = None
 ) -> ObjectStore:
     """The store at `url`: a local path, `file://…`, `s3://bucket/prefix`, or any fsspec URL;
-    a remote one retries a call through an outage of up to `outage_s` seconds."""
+    a remote one retries a call through an outage of up to `outage_s` seconds (default
+    DEFAULT_OUTAGE_S). Raises BadStoreURL, without contacting anything, for a URL that
+    names no store (`check_store_url`)."""
+    check_store_url(url)
     return FsspecStore(url, storage_options, outage_s)
+
+
+def check_store_url(url: str) -> None:
+    """Raise BadStoreURL when `url` cannot name a store: an unknown scheme, a backend whose
+    package is missing, s3:// without a bucket, a file at (or above) a local path. Checked
+    before any contact, so that a typo costs one sentence instead of a backend's traceback
+    (or a copy that fails half-way with NotADirectoryError)."""
+    protocol, path = fsspec.core.split_protocol(url)
+    if protocol in (None, "file", "local"):
+        blocker = file_in_the_way(Path(path))
+        if blocker == Path(path):
+            raise BadStoreURL(f"{url} is a file, not a store folder")
+        if blocker is not None:
+            raise BadStoreURL(f"store {url}: {blocker} is a file, not a folder")
+        return
+    for name in protocol.split("::"):  # a chained URL: simplecache::s3://…
+        try:
+            fsspec.get_filesystem_class(name)
+        except ValueError:
+            raise BadStoreURL(
+                f"unknown store URL scheme {name!r} (use a folder or s3://bucket/prefix)"
+            ) from None
+        except ImportError as err:  # a known backend whose package is missing (gs: gcsfs)
+            raise BadStoreURL(f"store {url}: {err}") from None
+    if protocol.split("::")[-1] in ("s3", "s3a") and not path.split("/")[0]:
+        raise BadStoreURL(f"store URL {url} names no bucket (use s3://bucket/prefix)")
+
+
+def file_in_the_way(path: Path) -> Path | None:
+    """The file at `path`, or at the nearest existing path above it, that stops a folder
+    from being made at `path`; None when there is none. Lets a store or work folder fail
+    up front with a sentence rather than deep inside a write."""
+    for candidate in (path, *path.parents):
+        if os.path.lexists(candidate):
+            return None if os.path.isdir(candidate) else candidate
+    return None
 
 
 def is_transient(err: BaseException) -> bool:
@@ -122,6 +176,15 @@ def is_transient(err: BaseException) -> bool:
         cls.__module__ == "botocore.exceptions"
         and cls.__name__ in ("ConnectionError", "HTTPClientError")
         for cls in type(err).__mro__
+    )
+
+
+def lacks_credentials(err: BaseException) -> bool:
+    """Whether `err` is botocore finding no (or half of the) credentials to sign with:
+    matched by name, like `is_transient`, so that a store without S3 needs no botocore."""
+    return type(err).__module__ == "botocore.exceptions" and type(err).__name__ in (
+        "NoCredentialsError",
+        "PartialCredentialsError",
     )
 
 
@@ -159,14 +222,19 @@ class FsspecStore(ObjectStore):
     """ObjectStore over an fsspec filesystem (local folder, S3 via s3fs, …)."""
 
     def __init__(
-        self, url: str, storage_options: dict[str, Any] | None = None, outage_s: float = 120.0
+        self,
+        url: str,
+        storage_options: dict[str, Any] | None = None,
+        outage_s: float | None = None,
     ) -> None:
         options = dict(storage_options or {})
         if url.startswith("s3://"):
             # Listings must reflect deletes and new versions at once, not a cached past.
             options.setdefault("use_listings_cache", False)
         self.url = url
-        self.outage_s = outage_s  # how long a remote call retries through an outage
+        # How long a remote call retries through an outage (the default read now, not at
+        # import, so that a test can shorten it).
+        self.outage_s = DEFAULT_OUTAGE_S if outage_s is None else outage_s
         self.fs, root = fsspec.core.url_to_fs(url, **options)
         self.root = root.rstrip("/")
         self.local = isinstance(self.fs, LocalFileSystem)
@@ -179,10 +247,19 @@ class FsspecStore(ObjectStore):
         return f"{self.root}/{key}"
 
     def _call(self, what: str, call: Callable[[], T]) -> T:
-        """`call()`, retried through an outage when the store is remote."""
+        """`call()`, retried through an outage when the store is remote; StoreUnreachable
+        when the outage outlasts `outage_s` or there are no credentials."""
         if self.local:
             return call()
-        return retry_transient(f"{self.url}: {what}", call, self.outage_s)
+        try:
+            return retry_transient(f"{self.url}: {what}", call, self.outage_s)
+        except Exception as err:
+            if not (is_transient(err) or lacks_credentials(err)):
+                raise
+            reason = str(err) or type(err).__name__
+            if lacks_credentials(err):
+                reason += " (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)"
+            raise StoreUnreachable(f"cannot reach store {self.url}: {reason}") from err
 
     def get(self, key: str) -> bytes:
         """See ObjectStore.get."""

@@ -30,7 +30,7 @@ from typing import ClassVar
 
 from fleetrl.config import ConfigError, load_config
 from fleetrl.store.control import store_url
-from fleetrl.store.objectstore import ObjectNotFound, ObjectStore, open_store
+from fleetrl.store.objectstore import BadStoreURL, ObjectNotFound, ObjectStore, open_store
 
 log = logging.getLogger(__name__)
 
@@ -178,6 +178,6 @@ def read_run_region_metrics(run_dir: Path, outage_s: float = 10.0) -> dict[str, 
         return {}
     try:
         return read_region_metrics(open_store(url, outage_s=outage_s))
-    except OSError as err:
+    except (OSError, BadStoreURL) as err:
         log.warning("no region metrics from %s: %s", url, err)
         return {}

@@ -120,13 +120,28 @@ def _peak(base: str, backend: str, limits: Limits, cap: int, tick: Callable[[], 
         for thread in threads:
             thread.join(timeout=30)
     count = len(sandboxes)
-    return {
-        "peak_concurrent": count,
-        "peak_cap": cap,
-        "peak_stopped_by": error or "cap",
-        "memory_per_sandbox_mb": round(used / count, 2) if count else None,
-        "cgroup_memory_per_sandbox_mb": round(charged / count, 2) if count else None,
+    figures = {"peak_concurrent": count, "peak_cap": cap, "peak_stopped_by": error or "cap"}
+    return figures | memory_figures(used, charged, count)
+
+
+def memory_figures(used_mb: float, charged_mb: float, count: int) -> dict:
+    """Memory per sandbox, from the drop in the host's available memory (`used_mb`) and
+    from the cgroups' own accounting (`charged_mb`), over `count` sandboxes. A drop below
+    zero (other processes freed more than the few sandboxes took) measured nothing: it is
+    reported as None with a note, never as a negative size."""
+    if not count:
+        return {"memory_per_sandbox_mb": None, "cgroup_memory_per_sandbox_mb": None}
+    figures: dict = {
+        "memory_per_sandbox_mb": round(used_mb / count, 2),
+        "cgroup_memory_per_sandbox_mb": round(charged_mb / count, 2),
     }
+    if used_mb < 0:
+        figures["memory_per_sandbox_mb"] = None
+        figures["memory_note"] = (
+            "host memory noise exceeded the sandboxes' use (too few of them); "
+            "see cgroup_memory_per_sandbox_mb"
+        )
+    return figures
 
 
 def _charged_mb(sandbox: Sandbox) -> float:

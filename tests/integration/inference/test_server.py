@@ -20,8 +20,11 @@ import pytest
 import safetensors.torch
 import torch
 import uvicorn
+from typer.testing import CliRunner
 
+from fleetrl.cli import app
 from fleetrl.inference import engine as engine_module
+from fleetrl.inference import server
 from fleetrl.inference.engine import Engine
 from fleetrl.inference.server import create_app
 from fleetrl.model.chat import Message, ToolCall, encode_chat
@@ -587,3 +590,25 @@ def test_cli_serve(dense_dir: Path) -> None:
             process.communicate()
             raise
     assert f"http://127.0.0.1:{port}" in stdout
+
+
+def test_cli_serve_reports_where_it_cannot_listen_before_loading(
+    dense_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_loading(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("loaded the model although it cannot listen")
+
+    monkeypatch.setattr(server, "load_pretrained", no_loading)
+    runner = CliRunner()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = runner.invoke(app, ["serve", str(dense_dir), "--port", str(port)])
+    assert result.exit_code == 2, result.output
+    assert f"error: cannot listen on 127.0.0.1:{port}" in result.output
+    assert "serving" not in result.output
+    # 192.0.2.1 (TEST-NET-1, documentation only) is an address of no machine.
+    result = runner.invoke(app, ["serve", str(dense_dir), "--host", "192.0.2.1"])
+    assert result.exit_code == 2, result.output
+    assert "error: cannot listen on 192.0.2.1:8000" in result.output

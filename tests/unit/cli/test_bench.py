@@ -1,10 +1,14 @@
-"""`fleetrl bench engine` and `bench weights` in this process: figures and refusals."""
+"""`fleetrl bench …` in this process: the engine's figures, and refusals before any work."""
 
 import json
 
+import pytest
+import torch
 from typer.testing import CliRunner
 
 from fleetrl.cli import app
+from fleetrl.envs.sandbox import bench as sandbox_bench
+from fleetrl.store.weights import WeightStore
 
 runner = CliRunner()
 
@@ -28,3 +32,57 @@ def test_bench_engine_smoke_json():
 def test_bench_weights_refuses_bad_learning_rates():
     bad = runner.invoke(app, ["bench", "weights", "--lrs", "fast"])
     assert bad.exit_code == 2 and "--lrs" in bad.output
+
+
+def test_bench_alone_shows_its_help():
+    result = runner.invoke(app, ["bench"])
+    assert "weights" in result.output and "Missing command" not in result.output
+    assert result.exit_code == runner.invoke(app, ["model"]).exit_code
+
+
+# Keeps the benchmark cheap (one step, no synthetic state dict) should a check be missing.
+CHEAP = ["--steps", "1", "--synthetic-params", "0", "--lrs", "1e-6"]
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        (["weights", "--steps", "1", "--synthetic-params", "0", "--lrs=-1"], "--lrs"),
+        (["weights", *CHEAP, "--zstd-level", "99"], "--zstd-level"),
+        (["weights", *CHEAP, "--decode-batch", "0"], "--decode-batch"),
+        (["weights", *CHEAP, "--from-run", "{tmp}/nope"], "--from-run"),
+        (["weights", *CHEAP, "--from-run", "{tmp}/afile"], "--from-run"),
+        (["weights", *CHEAP, "--from-run", "{tmp}"], "--from-run"),
+        (["sandbox", "--base-dir", "{tmp}/afile"], "--base-dir"),
+        (["fleet", "--max-staleness", "-1"], "--max-staleness"),
+    ],
+)
+def test_bench_refuses_bad_options_up_front_naming_them(tmp_path, options, named):
+    (tmp_path / "afile").write_text("")
+    arguments = [option.format(tmp=tmp_path) for option in options]
+    result = runner.invoke(app, ["bench", *arguments])
+    assert result.exit_code == 2, result.output
+    assert named in result.output and "Traceback" not in result.output
+
+
+def test_bench_weights_from_run_accepts_a_run_that_published(tmp_path):
+    from fleetrl.cli.bench import check_published_run
+
+    WeightStore(str(tmp_path / "run" / "store")).publish(0, {"w": torch.zeros(4)})
+    check_published_run(str(tmp_path / "run"))  # a run directory
+    check_published_run(str(tmp_path / "run" / "store"))  # its store itself
+
+
+def test_bench_sandbox_reports_unmeasurable_memory_as_such(monkeypatch):
+    # One sandbox weighs less than what other processes free or take meanwhile: the drop in
+    # the host's available memory can come out negative, which measures nothing.
+    measured = {"peak_concurrent": 1, **sandbox_bench.memory_figures(-6.86, 0.8, 1)}
+    assert measured["memory_per_sandbox_mb"] is None and "noise" in measured["memory_note"]
+    assert measured["cgroup_memory_per_sandbox_mb"] == 0.8
+    assert sandbox_bench.memory_figures(12.0, 8.0, 4)["memory_per_sandbox_mb"] == 3.0
+    monkeypatch.setattr(sandbox_bench, "run_sandbox_bench", lambda **options: dict(measured))
+    result = runner.invoke(app, ["bench", "sandbox", "--max-concurrent", "1", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["memory_per_sandbox_mb"] is None
+    table = runner.invoke(app, ["bench", "sandbox", "--max-concurrent", "1"])
+    assert "n/a" in table.output and "-6.86" not in table.output

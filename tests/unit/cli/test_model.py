@@ -1,11 +1,14 @@
 """`fleetrl model init` and `fleetrl serve`: checkpoints written, and clean refusals."""
 
+import pytest
 import torch
 import transformers
 from typer.testing import CliRunner
 
 from fleetrl.cli import app
-from fleetrl.model.checkpoint import load_pretrained
+from fleetrl.inference import server
+from fleetrl.model.checkpoint import BUNDLED_MODELS, load_pretrained
+from fleetrl.model.config import ModelConfig
 from fleetrl.model.tokenizer import bundled_tokenizer
 
 runner = CliRunner()
@@ -46,3 +49,83 @@ def test_serve_rejects_a_directory_that_is_not_a_checkpoint(tmp_path):
     assert result.exit_code == 2
     assert "not a checkpoint directory" in result.output
     assert "Traceback" not in result.output
+
+
+def test_model_init_refuses_a_file_as_its_directory(tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("keep me")
+    for extra in ([], ["--force"]):
+        result = runner.invoke(app, ["model", "init", str(afile), *extra])
+        assert result.exit_code == 2, result.output
+        assert "not a directory" in result.output and "Traceback" not in result.output
+    assert afile.read_text() == "keep me"
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        (["--heads", "0"], "--heads"),
+        (["--kv-heads", "0"], "--kv-heads"),
+        (["--hidden", "-8", "--heads", "2"], "--hidden"),
+        (["--hidden", "0"], "--hidden"),
+        (["--layers", "0"], "--layers"),
+        (["--moe", "--experts", "0"], "--experts"),
+        (["--hidden", "6", "--heads", "2", "--kv-heads", "1"], "--hidden / --heads"),
+    ],
+)
+def test_model_init_refuses_bad_sizes_naming_the_option(tmp_path, options, named):
+    out = tmp_path / "model"
+    result = runner.invoke(app, ["model", "init", str(out), *options])
+    assert result.exit_code == 2, result.output
+    assert named in result.output and "Traceback" not in result.output
+    assert not out.exists()
+
+
+def test_model_init_moe_with_one_expert_routes_each_token_to_it(tmp_path):
+    out = tmp_path / "one-expert"
+    options = ["--moe", "--experts", "1", "--layers", "1", "--hidden", "32"]
+    result = runner.invoke(app, ["model", "init", str(out), *options])
+    assert result.exit_code == 0, result.output
+    model = load_pretrained(out)
+    assert (model.config.num_experts, model.config.num_experts_per_tok) == (1, 1)
+    assert model(torch.tensor([[1, 2, 3]])).logits.shape[:2] == (1, 3)
+
+
+def test_model_config_refuses_empty_sizes():
+    # A checkpoint's config.json with zero layers would load and then fail at its first use.
+    with pytest.raises(ValueError, match="num_hidden_layers"):
+        ModelConfig(num_hidden_layers=0).validate()
+    with pytest.raises(ValueError, match="moe_intermediate_size"):
+        ModelConfig(num_experts=4, moe_intermediate_size=0).validate()
+
+
+@pytest.fixture
+def no_server(monkeypatch):
+    """Replace the server with a recorder, so a test never starts one: the calls it got."""
+    calls = []
+    monkeypatch.setattr(server, "serve", lambda checkpoint, **options: calls.append(checkpoint))
+    return calls
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        (["--port", "99999"], "--port"),
+        (["--port", "-1"], "--port"),
+        (["--max-model-len", "-5"], "--max-model-len"),
+        (["--max-batch-size", "0"], "--max-batch-size"),
+        (["--max-batch-size", "-1"], "--max-batch-size"),
+        (["--threads", "-3"], "--threads"),
+    ],
+)
+def test_serve_refuses_bad_options_before_serving(tiny_checkpoint, no_server, options, named):
+    result = runner.invoke(app, ["serve", str(tiny_checkpoint), *options])
+    assert result.exit_code == 2, result.output
+    assert named in result.output and "Traceback" not in result.output
+    assert no_server == []
+
+
+def test_serve_accepts_the_shipped_base_model(no_server):
+    result = runner.invoke(app, ["serve", "base", "--max-model-len", "0"])
+    assert result.exit_code == 0, result.output
+    assert no_server == [BUNDLED_MODELS["base"]]

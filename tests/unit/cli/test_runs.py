@@ -1,10 +1,18 @@
-"""`fleetrl report` and `fleetrl run create`: what they write, and clean refusals."""
+"""`fleetrl report`, `run create`, `status` and the roles' start-up: what they write, and
+clean refusals (one line, exit code 2, nothing copied)."""
 
 import json
+import socket
+import time
+from pathlib import Path
 
+import fsspec
+import pytest
 from typer.testing import CliRunner
 
 from fleetrl.cli import app
+from fleetrl.store.objectstore import open_store
+from fleetrl.store.run import CONFIG_KEY
 
 runner = CliRunner()
 
@@ -23,6 +31,10 @@ def test_report_writes_html_and_refuses_missing_dirs(tmp_path):
     other = runner.invoke(app, ["report", str(tmp_path / "other")])
     assert other.exit_code == 2 and "not a run directory" in other.output
     assert not (tmp_path / "other" / "report.html").exists()
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text('{"kind": "train", "st\n' + metrics.read_text())
+    corrupt = runner.invoke(app, ["report", str(tmp_path)])
+    assert corrupt.exit_code == 2 and "metrics.jsonl:1: not a JSON record" in corrupt.output
 
 
 def test_status_of_a_missing_store_creates_nothing(tmp_path):
@@ -51,3 +63,128 @@ def test_run_create_refuses_a_skip_solved_file_of_another_model(tmp_path):
     result = runner.invoke(app, args)
     assert result.exit_code == 2 and "evaluated other weights" in result.output
     assert not (store / "run" / "config.toml").exists()
+
+
+# -- the store, the work folder and the run's config: mistakes refused before any copy ------
+
+
+def closed_port() -> int:
+    """A local TCP port that nothing listens on, so that a connection to it is refused at
+    once (the unit tier may not bind a socket to make one: rarely served ports are tried)."""
+    for port in (9, 1, 7, 13):  # discard, tcpmux, echo, daytime
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) != 0:
+                return port
+    pytest.skip("every candidate port of 127.0.0.1 has a listener")
+
+
+@pytest.fixture
+def stored_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A store holding a run (the default config) and a stand-in base checkpoint: enough
+    for the roles' start-up. The test runs in tmp_path, where the default work folders go."""
+    monkeypatch.chdir(tmp_path)
+    store = open_store(str(tmp_path / "store"))
+    store.put(CONFIG_KEY, b"")
+    store.put("run/base/config.json", b"{}")
+    return tmp_path / "store"
+
+
+@pytest.fixture
+def unreachable_s3(monkeypatch: pytest.MonkeyPatch) -> None:
+    """s3:// stores at a local port that refuses connections, with credentials, no
+    retries inside botocore, and a 3 s outage window for every command."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{closed_port()}")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "key")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    monkeypatch.setattr("fleetrl.store.objectstore.DEFAULT_OUTAGE_S", 3.0)
+    monkeypatch.setattr("fleetrl.cli.runs.QUICK_OUTAGE_S", 3.0)
+    s3 = fsspec.get_filesystem_class("s3")
+    s3.clear_instance_cache()  # a cached filesystem keeps the endpoint it was made with
+    yield
+    s3.clear_instance_cache()
+
+
+def refused(args: list[str], message: str) -> None:
+    """`fleetrl ARGS` ends with the one line `error: MESSAGE…` and exit code 2."""
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith(f"error: {message}"), result.output
+    assert result.output.count("\n") == 1, result.output
+
+
+ROLES = [["status"], ["trainer"], ["region", "--name", "r"], ["run", "create"]]
+
+
+@pytest.mark.parametrize("command", ROLES, ids=lambda c: c[0])
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("s3://", "store URL s3:// names no bucket"),
+        ("foo://x", "unknown store URL scheme 'foo' (use a folder or s3://bucket/prefix)"),
+    ],
+)
+def test_a_store_url_that_names_no_store_is_one_line(command, url, message):
+    refused([*command, "--store", url], message)
+
+
+@pytest.mark.parametrize("command", ROLES, ids=lambda c: c[0])
+def test_a_file_given_as_the_store_is_one_line(command, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    Path("afile").write_text("not a store")
+    refused([*command, "--store", "afile"], "afile is a file, not a store folder")
+
+
+@pytest.mark.parametrize("command", ROLES, ids=lambda c: c[0])
+def test_an_unreachable_store_is_one_line_after_the_outage_window(command, unreachable_s3):
+    start = time.monotonic()
+    refused([*command, "--store", "s3://bkt/pfx"], "cannot reach store s3://bkt/pfx: ")
+    assert time.monotonic() - start < 30  # the 3 s window, not the default 120 s
+
+
+def test_status_and_run_create_wait_less_for_the_store_than_the_roles():
+    from fleetrl.cli.runs import QUICK_OUTAGE_S
+    from fleetrl.store.objectstore import DEFAULT_OUTAGE_S
+
+    assert QUICK_OUTAGE_S <= DEFAULT_OUTAGE_S / 10
+
+
+def test_an_unreachable_regional_store_fails_before_the_copy(stored_run, unreachable_s3):
+    args = ["region", "--store", str(stored_run), "--name", "r"]
+    refused([*args, "--regional-store", "s3://bkt/r"], "cannot reach store s3://bkt/r: ")
+    assert not Path("runs").exists()
+
+
+@pytest.mark.parametrize("command", [["trainer"], ["region", "--name", "r"]], ids=["t", "r"])
+def test_a_file_given_as_the_work_folder_is_one_line(command, stored_run):
+    Path("afile").write_text("not a folder")
+    args = [*command, "--store", str(stored_run)]
+    refused([*args, "--workdir", "afile"], "work folder afile is a file, not a folder")
+    refused([*args, "--workdir", "afile/w"], "work folder afile/w: afile is a file")
+
+
+def test_a_file_given_as_the_regional_store_is_one_line(stored_run):
+    Path("afile").write_text("not a store")
+    args = ["region", "--store", str(stored_run), "--name", "r", "--regional-store", "afile"]
+    refused(args, "afile is a file, not a store folder")
+    assert not Path("runs").exists()
+
+
+def test_a_region_refuses_a_bad_override_before_copying_the_run(stored_run):
+    args = ["region", "--store", str(stored_run), "--name", "r", "--set", "rollout.bogus=1"]
+    refused(args, "rollout.bogus: unknown key")
+    assert not Path("runs").exists()
+
+
+@pytest.mark.parametrize("command", [["trainer"], ["region", "--name", "r"]], ids=["t", "r"])
+def test_an_invalid_stored_config_is_one_line(command, stored_run):
+    open_store(str(stored_run)).put(CONFIG_KEY, b"[rollout]\nbogus = 1\n")  # an older fleetrl's
+    refused([*command, "--store", str(stored_run)], "rollout.bogus: unknown key")
+    assert not Path("runs").exists()
+
+
+def test_the_trainer_refuses_a_stored_config_it_cannot_train(stored_run):
+    # Greedy sampling: a store made before the config refused it at parse time holds it.
+    open_store(str(stored_run)).put(CONFIG_KEY, b"[rollout]\ntemperature = 0\n")
+    refused(["trainer", "--store", str(stored_run)], "rollout.temperature: 0 (greedy)")
+    assert not (stored_run.parent / "runs").exists()  # refused before the run was copied

@@ -3,14 +3,23 @@ the checks that take `location` on SeaweedFS)."""
 
 from __future__ import annotations
 
+import importlib.util
+import logging
 import os
+import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from fleetrl.store.objectstore import ObjectNotFound, ThrottledStore
+from fleetrl.store.objectstore import (
+    BadStoreURL,
+    ObjectNotFound,
+    StoreUnreachable,
+    ThrottledStore,
+    open_store,
+)
 
 
 def test_put_get_list_delete(location):
@@ -37,8 +46,6 @@ def test_put_get_list_delete(location):
 
 
 def test_local_put_is_atomic_and_leaves_no_temporaries(tmp_path):
-    from fleetrl.store.objectstore import open_store
-
     store = open_store(f"file://{tmp_path}/s")
     big = os.urandom(8 << 20)
     seen: list[int] = []
@@ -114,3 +121,75 @@ def test_list_folders_one_level_down(location):
     assert store.list_folders("t/a/") == ["t/a/deeper/"]
     assert store.list_folders("") == ["t/", "u/"]
     assert ThrottledStore(store).list_folders("u/") == ["u/c/"]
+
+
+# -- mistakes in the URL, and a store that does not answer ----------------------------------
+
+
+def closed_port() -> int:
+    """A local TCP port that nothing listens on, so that a connection to it is refused at
+    once (the unit tier may not bind a socket to make one: rarely served ports are tried)."""
+    for port in (9, 1, 7, 13):  # discard, tcpmux, echo, daytime
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) != 0:
+                return port
+    pytest.skip("every candidate port of 127.0.0.1 has a listener")
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("foo://x", "unknown store URL scheme 'foo' (use a folder or s3://bucket/prefix)"),
+        ("s3://", "store URL s3:// names no bucket"),
+        ("s3:///prefix", "store URL s3:///prefix names no bucket"),
+    ],
+)
+def test_open_store_refuses_a_url_that_names_no_store(url, message):
+    with pytest.raises(BadStoreURL) as caught:
+        open_store(url)
+    assert message in str(caught.value)
+
+
+def test_open_store_names_the_package_a_known_backend_lacks():
+    if importlib.util.find_spec("gcsfs") is not None:
+        pytest.skip("gcsfs is installed")
+    with pytest.raises(BadStoreURL, match=r"gs://b/x: .*install gcsfs"):
+        open_store("gs://b/x")
+
+
+def test_open_store_refuses_a_file_where_the_folder_would_be(tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("not a store")
+    with pytest.raises(BadStoreURL, match=r"afile is a file, not a store folder"):
+        open_store(str(afile))
+    with pytest.raises(BadStoreURL, match=r"afile is a file, not a folder"):
+        open_store(f"file://{afile}/sub")
+    assert open_store(str(tmp_path / "new" / "store")).list("") == []  # yet to be made: fine
+    assert not (tmp_path / "new").exists()
+
+
+def test_an_unreachable_s3_store_is_given_up_after_its_outage_window(caplog):
+    options = {
+        "endpoint_url": f"http://127.0.0.1:{closed_port()}",
+        "key": "key",
+        "secret": "secret",
+        "config_kwargs": {"retries": {"max_attempts": 1}},  # botocore's own retries: none
+    }
+    store = open_store("s3://bkt/pfx", options, outage_s=3.0)
+    start = time.monotonic()
+    unreachable = pytest.raises(StoreUnreachable, match=r"^cannot reach store s3://bkt/pfx: ")
+    with caplog.at_level(logging.WARNING, logger="fleetrl.store.objectstore"), unreachable:
+        store.get("run/config.toml")
+    assert time.monotonic() - start < 20  # the window given, far from the default 120 s
+    assert "retrying in 0.5 s" in caplog.text  # the user sees the outage being ridden out
+
+
+def test_an_s3_store_without_credentials_is_unreachable_at_once(monkeypatch, tmp_path):
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")  # no instance-metadata lookup
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    store = open_store("s3://bkt/pfx", {"endpoint_url": f"http://127.0.0.1:{closed_port()}"})
+    with pytest.raises(StoreUnreachable, match=r"credentials .*AWS_ACCESS_KEY_ID"):
+        store.get("run/config.toml")
