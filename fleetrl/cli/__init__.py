@@ -20,6 +20,7 @@ from fleetrl.envs.tasks_cli import tasks_app
 app = typer.Typer(
     help="fleetrl: asynchronous RL for specialised coding-agent models.",
     no_args_is_help=True,
+    rich_markup_mode="markdown",
     add_completion=False,
     pretty_exceptions_enable=False,
 )

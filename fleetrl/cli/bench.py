@@ -12,7 +12,9 @@ import typer
 from fleetrl.cli.common import ConfigOption, SetOption, fail, run_config
 
 bench_app = typer.Typer(
-    help="Measure fleetrl's parts (results as a table or --json).", no_args_is_help=True
+    help="Measure fleetrl's parts (results as a table or --json).",
+    no_args_is_help=True,
+    rich_markup_mode="markdown",
 )
 
 

@@ -9,7 +9,11 @@ import typer
 
 from fleetrl.cli.common import fail
 
-model_app = typer.Typer(help="Create and inspect policy checkpoints.", no_args_is_help=True)
+model_app = typer.Typer(
+    help="Create and inspect policy checkpoints.",
+    no_args_is_help=True,
+    rich_markup_mode="markdown",
+)
 
 
 @model_app.command("init")

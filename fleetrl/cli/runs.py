@@ -11,7 +11,9 @@ import typer
 
 from fleetrl.cli.common import SetOption, fail, run_config
 
-run_app = typer.Typer(help="Runs that live in an object store.", no_args_is_help=True)
+run_app = typer.Typer(
+    help="Runs that live in an object store.", no_args_is_help=True, rich_markup_mode="markdown"
+)
 
 # How long `status` and the first contact of `run create` retry an unreachable remote store
 # (each retry is logged): a user waits at the terminal, unlike the long-lived roles, which

@@ -21,6 +21,7 @@ tasks_app = typer.Typer(
         "written by `make`, the agent's starting workspace."
     ),
     no_args_is_help=True,
+    rich_markup_mode="markdown",
 )
 
 SuiteOption = Annotated[

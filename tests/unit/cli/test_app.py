@@ -53,3 +53,16 @@ def test_every_command_has_a_one_line_summary():
     found = dict(summaries(typer.main.get_command(app), []))
     assert len(found) > 20
     assert {name: s for name, s in found.items() if not s or "\n" in s} == {}
+
+
+def test_help_text_is_rewrapped_to_the_terminal():
+    # Docstrings are wrapped at 100 columns in the source; only the markdown mode joins
+    # their lines again, so that an 80-column `--help` never breaks mid-sentence.
+    import typer.main
+
+    def modes(group):
+        yield group.rich_markup_mode
+        for command in getattr(group, "commands", {}).values():
+            yield from modes(command)
+
+    assert set(modes(typer.main.get_command(app))) == {"markdown"}
