@@ -81,6 +81,8 @@ def eval_command(
         "trainer.seed": seed,
         "eval.threads": threads,
     }
+    if suite is not None and tasks is not None:
+        raise fail("give --suite or --tasks, not both")
     config = run_config(config_file, set_, shortcuts)
     split = split or config.eval.split
     if best_temperature and temperature is not None:

@@ -218,9 +218,11 @@ def make_tasks(
         )
         passing = baseline.passed()
         if not baseline.ran or not passing:
+            last = next((x for x in reversed(baseline.output.splitlines()) if x.strip()), "")
             raise TaskError(
                 f"the test suite of {repo_dir} does not run cleanly (pytest exit code "
-                f"{baseline.returncode}, {len(passing)} passing):\n{baseline.output[-2000:]}"
+                f"{baseline.returncode}, {len(passing)} passing; last line: {last.strip()!r})"
+                f"\n{baseline.output[-2000:]}"
             )
         limit = timeout or 5 * baseline.seconds + 10
         run = functools.partial(run_pytest, timeout=limit, pytest_args=pytest_args)

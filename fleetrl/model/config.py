@@ -136,6 +136,10 @@ class ModelConfig:
         if "rope_theta" not in values and "rope_theta" in rope:
             values["rope_theta"] = rope["rope_theta"]
         if "head_dim" not in values:
+            if hf["num_attention_heads"] < 1:
+                raise ValueError(
+                    f"num_attention_heads must be >= 1, got {hf['num_attention_heads']}"
+                )
             values["head_dim"] = hf["hidden_size"] // hf["num_attention_heads"]
         if model_type == "qwen3":
             values["num_experts"] = 0

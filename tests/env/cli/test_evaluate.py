@@ -50,5 +50,7 @@ def test_eval_json_on_a_random_model(tmp_path):
         assert statements[record["task_id"]] in record["windows"][0]
     nowhere = runner.invoke(app, [*args, "--transcripts", str(tmp_path / "no" / "e.jsonl")])
     assert nowhere.exit_code == 2 and "no directory" in nowhere.output
+    both = runner.invoke(app, ["eval", "--suite", "micro", "--tasks", str(tmp_path)])
+    assert both.exit_code == 2 and "not both" in both.output
     missing = runner.invoke(app, ["eval", str(tmp_path / "none")])
     assert missing.exit_code == 2 and "not a checkpoint" in missing.output

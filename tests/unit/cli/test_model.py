@@ -99,6 +99,15 @@ def test_model_config_refuses_empty_sizes():
         ModelConfig(num_experts=4, moe_intermediate_size=0).validate()
 
 
+def test_a_checkpoint_with_no_heads_is_refused_on_reading(tmp_path):
+    from fleetrl.model.checkpoint import CheckpointError, read_config
+
+    fields = '"model_type": "qwen3", "num_attention_heads": 0, "hidden_size": 64'
+    (tmp_path / "config.json").write_text("{" + fields + "}")
+    with pytest.raises(CheckpointError, match=r"config\.json: num_attention_heads must be >= 1"):
+        read_config(tmp_path)
+
+
 @pytest.fixture
 def no_server(monkeypatch):
     """Replace the server with a recorder, so a test never starts one: the calls it got."""
