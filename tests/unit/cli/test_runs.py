@@ -2,7 +2,6 @@
 clean refusals (one line, exit code 2, nothing copied)."""
 
 import json
-import socket
 import time
 from pathlib import Path
 
@@ -13,6 +12,7 @@ from typer.testing import CliRunner
 from fleetrl.cli import app
 from fleetrl.store.objectstore import open_store
 from fleetrl.store.run import CONFIG_KEY
+from tests.unit.store.failing_store import closed_port
 
 runner = CliRunner()
 
@@ -66,16 +66,6 @@ def test_run_create_refuses_a_skip_solved_file_of_another_model(tmp_path):
 
 
 # -- the store, the work folder and the run's config: mistakes refused before any copy ------
-
-
-def closed_port() -> int:
-    """A local TCP port that nothing listens on, so that a connection to it is refused at
-    once (the unit tier may not bind a socket to make one: rarely served ports are tried)."""
-    for port in (9, 1, 7, 13):  # discard, tcpmux, echo, daytime
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) != 0:
-                return port
-    pytest.skip("every candidate port of 127.0.0.1 has a listener")
 
 
 @pytest.fixture

@@ -1,8 +1,23 @@
-"""A real store whose writes of some keys fail: a crash mid-publish, or an outage."""
+"""A real store whose writes of some keys fail (a crash mid-publish, or an outage), and a
+local port that refuses connections, for an S3 store that is down."""
 
 from __future__ import annotations
 
+import socket
+
+import pytest
+
 from fleetrl.store.objectstore import ObjectStore
+
+
+def closed_port() -> int:
+    """A local TCP port that nothing listens on, so that a connection to it is refused at
+    once (the unit tier may not bind a socket to make one: rarely served ports are tried)."""
+    for port in (9, 1, 7, 13):  # discard, tcpmux, echo, daytime
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) != 0:
+                return port
+    pytest.skip("every candidate port of 127.0.0.1 has a listener")
 
 
 class FailingStore(ObjectStore):

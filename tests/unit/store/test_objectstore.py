@@ -6,7 +6,6 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
-import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -20,6 +19,7 @@ from fleetrl.store.objectstore import (
     ThrottledStore,
     open_store,
 )
+from tests.unit.store.failing_store import closed_port
 
 
 def test_put_get_list_delete(location):
@@ -124,16 +124,6 @@ def test_list_folders_one_level_down(location):
 
 
 # -- mistakes in the URL, and a store that does not answer ----------------------------------
-
-
-def closed_port() -> int:
-    """A local TCP port that nothing listens on, so that a connection to it is refused at
-    once (the unit tier may not bind a socket to make one: rarely served ports are tried)."""
-    for port in (9, 1, 7, 13):  # discard, tcpmux, echo, daytime
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) != 0:
-                return port
-    pytest.skip("every candidate port of 127.0.0.1 has a listener")
 
 
 @pytest.mark.parametrize(
