@@ -29,6 +29,7 @@ class ConfigError(ValueError):
 
 
 PRESETS = Path(__file__).parent / "configs"  # run configurations shipped by name
+RUN_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"  # one folder inside runs/: no '/', no '..'
 
 
 class _Section(BaseModel):
@@ -338,7 +339,7 @@ class SftSection(_Section):
 class RunConfig(_Section):
     """The whole tree: `fleetrl train`, `eval`, `sft` and `bench pipeline` all read it."""
 
-    name: str = Field("run", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    name: str = Field("run", pattern=RUN_NAME)
     """Run name: the run directory is runs/NAME (letters, digits, '.', '-', '_', so that
     it names one folder inside runs/)."""
     model: ModelSection = Field(default_factory=ModelSection)

@@ -285,8 +285,13 @@ def bench_learning(
     Base, RL and SFT-more are each evaluated on heldout and heldout-templates at their
     temperature chosen on val (pass@1 with CI, greedy, pass@8, recovery); the goals, the
     base's SFT curves and the budgets go with them into runs/NAME/learning.json."""
+    import re
     import time
 
+    from fleetrl.config import RUN_NAME
+
+    if name is not None and not re.match(RUN_NAME, name):
+        raise fail(f"--name {name!r}: use letters, digits, '.', '-' and '_' (one folder)")
     config_file = config_file or Path("demo")
     config = run_config(config_file, set_, {"model.path": base, "eval.max_tasks": max_tasks})
     run_dir = runs_dir / (name or f"learning-{time.strftime('%Y%m%d-%H%M%S')}")

@@ -55,6 +55,7 @@ CHEAP = ["--steps", "1", "--synthetic-params", "0", "--lrs", "1e-6"]
         (["weights", *CHEAP, "--from-run", "{tmp}"], "--from-run"),
         (["sandbox", "--base-dir", "{tmp}/afile"], "--base-dir"),
         (["fleet", "--max-staleness", "-1"], "--max-staleness"),
+        (["learning", "--name", "../escape"], "--name"),
     ],
 )
 def test_bench_refuses_bad_options_up_front_naming_them(tmp_path, options, named):
