@@ -91,6 +91,7 @@ def trainer_command(store: StoreOption = "", workdir: WorkdirOption = None) -> N
         raise fail("--store is required")
     from fleetrl.config import ConfigError
     from fleetrl.orchestrate.roles import START_ERRORS, start_trainer, train
+    from fleetrl.store.objectstore import StoreUnreachable
 
     try:
         config, folder = start_trainer(store, workdir)
@@ -100,7 +101,16 @@ def trainer_command(store: StoreOption = "", workdir: WorkdirOption = None) -> N
         code = train(config, folder)
     except ConfigError as err:  # a config the trainer refuses (e.g. greedy sampling)
         raise fail(str(err)) from None
+    except StoreUnreachable as err:
+        raise lost_store(err) from None
     raise typer.Exit(code)
+
+
+def lost_store(err: Exception) -> typer.Exit:
+    """The store stayed away longer than the outage window mid-run: not a bug, so one line
+    and exit 1 (a crash, which a supervisor restarts; the run resumes from the store)."""
+    typer.secho(f"error: {err}; start this role again once the store is back", err=True)
+    return typer.Exit(code=1)
 
 
 def region_command(
@@ -140,6 +150,7 @@ def region_command(
         raise fail("--link-mbps needs --regional-store and a bandwidth > 0")
     from fleetrl.config import ConfigError, parse_overrides
     from fleetrl.orchestrate.roles import START_ERRORS, roll_out, start_region
+    from fleetrl.store.objectstore import StoreUnreachable
 
     link = link_mbps * 1e6 / 8 if link_mbps is not None else None
     try:
@@ -151,6 +162,8 @@ def region_command(
         code = roll_out(config, folder, name, regional_store, link)
     except ConfigError as err:
         raise fail(str(err)) from None
+    except StoreUnreachable as err:
+        raise lost_store(err) from None
     raise typer.Exit(code)
 
 

@@ -132,6 +132,25 @@ def test_an_unreachable_store_is_one_line_after_the_outage_window(command, unrea
     assert time.monotonic() - start < 30  # the 3 s window, not the default 120 s
 
 
+@pytest.mark.parametrize("command", [["trainer"], ["region", "--name", "r"]], ids=["t", "r"])
+def test_a_store_lost_mid_run_ends_the_role_in_one_line_as_a_crash(
+    command, stored_run, monkeypatch
+):
+    # The store went away for longer than the outage window after the start-up: exit 1,
+    # which a supervisor restarts (not 2, a mistake to fix), and no traceback.
+    from fleetrl.store.objectstore import StoreUnreachable
+
+    def lost(*args, **kwargs):
+        raise StoreUnreachable("cannot reach store s3://bkt/pfx: Connect timeout")
+
+    monkeypatch.setattr("fleetrl.orchestrate.roles.train", lost)
+    monkeypatch.setattr("fleetrl.orchestrate.roles.roll_out", lost)
+    result = runner.invoke(app, [*command, "--store", str(stored_run)])
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith("error: cannot reach store s3://bkt/pfx: Connect timeout")
+    assert "start this role again" in result.output and result.output.count("\n") == 1
+
+
 def test_status_and_run_create_wait_less_for_the_store_than_the_roles():
     from fleetrl.cli.runs import QUICK_OUTAGE_S
     from fleetrl.store.objectstore import DEFAULT_OUTAGE_S
