@@ -277,9 +277,9 @@ def make_tasks(
 
 def assign_splits(tasks: list[Task], seed: int, val: float, heldout: float) -> list[Task]:
     """The tasks with their split set: the functions they mutate, in a seeded order, go
-    a fraction `heldout` to `heldout`, `val` to `val`, the rest to `train` (rounded, so
-    a repository of few functions may have an empty split). Two bugs in one function are
-    never in two splits: a model trained on one would have seen the other's code."""
+    a fraction `heldout` to `heldout`, `val` to `val`, the rest to `train` (a repository
+    of one or two functions has only `train`). Two bugs in one function are never in two
+    splits: a model trained on one would have seen the other's code."""
     functions = sorted({task.origin for task in tasks})
     random.Random(f"splits-{seed}").shuffle(functions)
     n = len(functions)

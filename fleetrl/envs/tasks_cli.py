@@ -72,7 +72,7 @@ def list_tasks(
         raise _fail(str(err)) from None
     ids = [task.instance_id for task in tasks]
     if not ids and not as_json:
-        raise _fail(f"no tasks in {tasks_dir}")
+        raise _fail(f"no tasks in {tasks_dir or suite or 'micro'}")
     typer.echo(json.dumps(ids) if as_json else "\n".join(ids))
 
 
