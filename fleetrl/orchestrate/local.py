@@ -58,6 +58,7 @@ from fleetrl.store.run import CONFIG_KEY
 # Five starts in ten minutes is ample for a process that needs a minute to load.
 CRASH_LIMIT = 5
 CRASH_WINDOW_S = 600.0
+REFUSED_EXIT = 2  # a role's exit status for a mistake in its input (the CLI's `fail`)
 
 
 class RunFailed(RuntimeError):
@@ -156,6 +157,8 @@ def _watch(processes: list[_Process], url: str, run_dir: Path, steps: int, progr
                     continue
                 if process is trainer and code == FENCED_EXIT:
                     raise RunFailed("another trainer of this run started; this one stopped")
+                if code == REFUSED_EXIT:  # a restart would meet the same refusal
+                    raise RunFailed(f"{process.name} refused its input:\n{process.tail()}")
                 if not process.restarts.crashed():
                     limiter = process.restarts
                     raise RunFailed(

@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from fleetrl.store.trajectories import TrajectoryChannel
 from fleetrl.store.weights import WeightStore
 
@@ -104,3 +106,20 @@ def test_a_terminated_train_leaves_no_process_behind(tmp_path, tiny_checkpoint):
     assert launcher.returncode == 128 + signal.SIGTERM, err
     # The launcher reaped them (no zombie either): nothing writes into the store any more.
     assert [pid for pid in children if Path(f"/proc/{pid}").exists()] == []
+
+
+def test_a_role_that_refuses_its_input_is_not_restarted(tmp_path):
+    # A stored config the trainer refuses (greedy rollouts) exits 2: the launcher reports it
+    # at once with the role's one line, instead of restarting it CRASH_LIMIT times.
+    from fleetrl.orchestrate.local import RunFailed, _Process, _watch
+    from fleetrl.store.objectstore import open_store
+    from fleetrl.store.run import CONFIG_KEY
+
+    store = tmp_path / "store"
+    open_store(str(store)).put(CONFIG_KEY, b"[rollout]\ntemperature = 0\n")
+    trainer = _Process("trainer", "trainer", tmp_path / "trainer.log")
+    trainer.start(str(store), tmp_path / "run")
+    with pytest.raises(RunFailed, match="trainer refused its input") as failed:
+        _watch([trainer], str(store), tmp_path / "run", steps=1, progress=False)
+    assert "rollout.temperature: 0 (greedy)" in str(failed.value)
+    assert len(trainer.restarts.crashes) == 0  # never counted as a crash, never restarted
