@@ -95,6 +95,8 @@ def trainer_command(store: StoreOption = "", workdir: WorkdirOption = None) -> N
 
     try:
         config, folder = start_trainer(store, workdir)
+    except StoreUnreachable as err:  # an outage, perhaps: a restart may find the store
+        raise lost_store(err) from None
     except START_ERRORS as err:
         raise fail(str(err)) from None
     try:
@@ -107,8 +109,9 @@ def trainer_command(store: StoreOption = "", workdir: WorkdirOption = None) -> N
 
 
 def lost_store(err: Exception) -> typer.Exit:
-    """The store stayed away longer than the outage window mid-run: not a bug, so one line
-    and exit 1 (a crash, which a supervisor restarts; the run resumes from the store)."""
+    """The store stayed away longer than the outage window (at start-up or mid-run): not a
+    bug and maybe not a mistake, so one line and exit 1 (a crash, which a supervisor
+    restarts up to its limit; the run resumes from the store)."""
     typer.secho(f"error: {err}; start this role again once the store is back", err=True)
     return typer.Exit(code=1)
 
@@ -156,6 +159,8 @@ def region_command(
     try:
         overrides = parse_overrides(set_ or [])
         config, folder = start_region(store, name, workdir, regional_store, overrides)
+    except StoreUnreachable as err:
+        raise lost_store(err) from None
     except START_ERRORS as err:
         raise fail(str(err)) from None
     try:
