@@ -1,4 +1,5 @@
-"""Writing a file so that a reader sees all of it or none of it.
+"""Files on local disk: writing one so that a reader sees all of it or none of it, and
+whether a folder can be made at a path.
 
 Writers die midway, and processes write the same file at once: a cache entry, an object
 of a store on local disk, a file downloaded from the store. Each write goes to a temporary
@@ -8,6 +9,7 @@ folder. Temporary names end in `.tmp-<random hex>`; a local store's listing skip
 
 from __future__ import annotations
 
+import os
 import uuid
 from pathlib import Path
 
@@ -22,3 +24,13 @@ def write_whole(path: Path, data: bytes) -> None:
         temporary.replace(path)
     finally:
         temporary.unlink(missing_ok=True)
+
+
+def file_in_the_way(path: Path) -> Path | None:
+    """The file at `path`, or at the nearest existing path above it, that stops a folder
+    from being made at `path`; None when there is none. Lets a store, work or output folder
+    fail up front with a sentence rather than deep inside a write."""
+    for candidate in (path, *path.parents):
+        if os.path.lexists(candidate):
+            return None if os.path.isdir(candidate) else candidate
+    return None

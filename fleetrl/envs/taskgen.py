@@ -59,6 +59,7 @@ from fleetrl.envs.mutations import KINDS, Mutation, find_mutations
 from fleetrl.envs.records import TASKS_FILE, TaskError, write_jsonl
 from fleetrl.envs.testrun import PytestResult, run_pytest
 from fleetrl.envs.verifier.hidden import added_python_sources
+from fleetrl.files import file_in_the_way
 from fleetrl.types import Task
 
 REPORT_FILE = "report.json"  # per-kind counts of a generation run, next to tasks.jsonl
@@ -183,9 +184,9 @@ def make_tasks(
         raise TaskError(f"unknown mutation kinds {unknown}; known: {', '.join(KINDS)}")
     if not repo_dir.is_dir():
         raise TaskError(f"{repo_dir} is not a directory")
-    if out_dir.exists() and not out_dir.is_dir():
+    if (file := file_in_the_way(out_dir)) == out_dir:
         raise TaskError(f"output folder {out_dir} is a file")
-    if file := next((p for p in out_dir.parents if p.exists() and not p.is_dir()), None):
+    if file:
         raise TaskError(f"cannot create {out_dir}: {file} is a file")
     if out_dir.exists() and any(out_dir.iterdir()):
         raise TaskError(f"output folder {out_dir} is not empty")

@@ -26,6 +26,7 @@ from pathlib import Path
 from fleetrl.envs.git import commit_all, git, git_env
 from fleetrl.envs.records import TaskError
 from fleetrl.envs.suites import get_suite, suite_names
+from fleetrl.files import file_in_the_way
 from fleetrl.types import Task
 
 
@@ -96,7 +97,7 @@ def checkout(task: Task, dest: Path) -> Path:
     dest = Path(dest)
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
         raise TaskError(f"{dest} exists and is not an empty directory")
-    if file := next((p for p in dest.parents if p.exists() and not p.is_dir()), None):
+    if file := file_in_the_way(dest):  # not `dest` itself: that is a file, refused above
         raise TaskError(f"cannot create {dest}: {file} is a file")
     repo = ensure_repo(task)
     proc = subprocess.run(

@@ -25,10 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from fleetrl.config import ConfigError, RunConfig, check_trainable, parse_config, with_overrides
+from fleetrl.files import file_in_the_way
 from fleetrl.orchestrate.run import open_run
 from fleetrl.store.control import Fenced
 from fleetrl.store.manifest import LATEST_KEY
-from fleetrl.store.objectstore import BadStoreURL, StoreUnreachable, file_in_the_way, open_store
+from fleetrl.store.objectstore import BadStoreURL, StoreUnreachable, open_store
 from fleetrl.store.run import CONFIG_KEY, RunNotFound, read_config_text
 
 FENCED_EXIT = 3  # not a crash: another incarnation runs the trainer now; do not restart

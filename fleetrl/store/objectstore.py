@@ -53,7 +53,7 @@ from typing import Any, TypeVar
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from fleetrl.files import write_whole
+from fleetrl.files import file_in_the_way, write_whole
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -150,16 +150,6 @@ def check_store_url(url: str) -> None:
             raise BadStoreURL(f"store {url}: {err}") from None
     if protocol.split("::")[-1] in ("s3", "s3a") and not path.split("/")[0]:
         raise BadStoreURL(f"store URL {url} names no bucket (use s3://bucket/prefix)")
-
-
-def file_in_the_way(path: Path) -> Path | None:
-    """The file at `path`, or at the nearest existing path above it, that stops a folder
-    from being made at `path`; None when there is none. Lets a store or work folder fail
-    up front with a sentence rather than deep inside a write."""
-    for candidate in (path, *path.parents):
-        if os.path.lexists(candidate):
-            return None if os.path.isdir(candidate) else candidate
-    return None
 
 
 def is_transient(err: BaseException) -> bool:
