@@ -329,9 +329,11 @@ def bench_learning(
         table.add_row(*row)
     console.print(table)
     budget = result["budget"]
+    met_on = result["goals"]["met_on"]
     typer.echo(
         f"budget: RL {budget['rl_wall_s']:.0f} s, SFT-more {budget['sft_more_wall_s']:.0f} s "
-        f"({budget['sft_more_steps']} steps); all goals met: {result['goals']['all_met']}"
+        f"({budget['sft_more_steps']} steps); all goals met on held-out: "
+        f"{met_on['heldout']}, on held-out-templates: {met_on['heldout_templates']}"
     )
 
 

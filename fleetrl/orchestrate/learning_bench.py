@@ -173,7 +173,8 @@ def learning_goals(
     The arguments are the models' documents (split key -> `protocol_report`). Goals: RL's
     pass@1 >= base + 10 points with RL's interval above the base's; RL >= SFT-more + 5
     points; RL's recovery rate (of the episodes with a failed edit, the fraction that still
-    passed) above the base's. `all_met`: every goal on every split."""
+    passed) above the base's. `met_on`: split key -> whether every goal holds there, so a
+    reader sees which split a shortfall is on; `all_met`: every goal on every split."""
     goals: dict[str, Any] = {}
     for key in SPLITS.values():
         b, r, s = base[key], rl[key], sft_more[key]
@@ -193,7 +194,10 @@ def learning_goals(
             "rl_over_sft_more": over_sft,
             "recovery_rises": recovery,
         }
-    goals["all_met"] = all(goal["met"] for key in SPLITS.values() for goal in goals[key].values())
+    goals["met_on"] = {
+        key: all(goal["met"] for goal in goals[key].values()) for key in SPLITS.values()
+    }
+    goals["all_met"] = all(goals["met_on"].values())
     return goals
 
 

@@ -53,6 +53,7 @@ def test_goals_met_when_rl_clears_both_margins_with_separated_intervals():
     low, high = heldout["rl_over_base"]["gain_ci"]  # RL passes the base's tasks and 10 more
     assert 0 < low < 0.1 < high
     assert heldout["rl_over_sft_more"]["met"] and heldout["recovery_rises"]["met"]
+    assert goals["met_on"] == {"heldout": True, "heldout_templates": True}
     assert goals["all_met"]
 
 
@@ -67,6 +68,14 @@ def test_goals_fail_on_overlapping_intervals_small_margins_and_flat_recovery():
     assert not close["heldout_templates"]["rl_over_sft_more"]["met"]
     assert close["heldout_templates"]["rl_over_sft_more"]["gain"] == pytest.approx(0.03)
     assert not close["all_met"]
+
+
+def test_goals_say_which_split_falls_short():
+    base, rl, sft_more = model(0.2), model(0.3, recovery_rate=0.2), model(0.25)
+    rl["heldout_templates"] = split_doc(0.2, 0.04, 0.2)  # no gain where the templates are new
+    goals = learning_goals(base, rl, sft_more)
+    assert goals["met_on"] == {"heldout": True, "heldout_templates": False}
+    assert not goals["all_met"]
 
 
 def test_sft_more_continues_the_base_recipe_at_its_final_learning_rate(tmp_path):
