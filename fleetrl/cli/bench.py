@@ -338,9 +338,10 @@ def bench_learning(
 
 
 def check_published_run(source: str) -> None:
-    """Fail unless `source` (--from-run) holds published versions, read the way the weights
-    benchmark reads it: a run directory's `store` folder, else a store URL or folder.
-    Checked before the benchmark so that a wrong path does not cost a whole run first."""
+    """Fail unless `source` (--from-run) holds two or more published versions (the codec is
+    measured between consecutive ones), read the way the weights benchmark reads it: a run
+    directory's `store` folder, else a store URL or folder. Checked before the benchmark so
+    that a wrong path does not cost a whole run first."""
     from fleetrl.store.errors import WeightStoreError
     from fleetrl.store.weights import WeightStore
 
@@ -352,11 +353,18 @@ def check_published_run(source: str) -> None:
     else:
         raise fail(f"--from-run: {source} is not a run directory (runs/NAME) or a store URL")
     try:
-        latest = WeightStore(url).latest()
+        store = WeightStore(url)
+        latest = store.latest()
+        published = [v for v in store.versions() if latest is not None and v <= latest]
     except (OSError, WeightStoreError) as err:
         raise fail(f"--from-run: {err}") from None
-    if latest is None:
+    if not published:
         raise fail(f"--from-run: {url} holds no published versions")
+    if len(published) == 1:
+        raise fail(
+            f"--from-run: {url} holds one published version (v{published[0]}); the codec is "
+            "measured between two consecutive versions"
+        )
 
 
 def print_figures(result: dict, title: str, as_json: bool) -> None:

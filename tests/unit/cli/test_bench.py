@@ -66,10 +66,14 @@ def test_bench_refuses_bad_options_up_front_naming_them(tmp_path, options, named
     assert named in result.output and "Traceback" not in result.output
 
 
-def test_bench_weights_from_run_accepts_a_run_that_published(tmp_path):
+def test_bench_weights_from_run_accepts_a_run_that_published_two_versions(tmp_path):
     from fleetrl.cli.bench import check_published_run
 
-    WeightStore(str(tmp_path / "run" / "store")).publish(0, {"w": torch.zeros(4)})
+    store = WeightStore(str(tmp_path / "run" / "store"))
+    store.publish(0, {"w": torch.zeros(4)})
+    one = runner.invoke(app, ["bench", "weights", *CHEAP, "--from-run", str(tmp_path / "run")])
+    assert one.exit_code == 2 and "one published version (v0)" in one.output, one.output
+    store.publish(1, {"w": torch.ones(4)})
     check_published_run(str(tmp_path / "run"))  # a run directory
     check_published_run(str(tmp_path / "run" / "store"))  # its store itself
 
