@@ -116,11 +116,20 @@ def serve(
         raise fail(f"--threads must be >= 1, got {threads}")
     if dtype not in ("auto", "float32", "bfloat16", "float16"):
         raise fail(f"--dtype must be auto, float32, bfloat16 or float16, not {dtype!r}")
-    from fleetrl.model.checkpoint import CheckpointError, resolve_checkpoint
+    from fleetrl.model.checkpoint import CheckpointError, read_config, resolve_checkpoint
 
     path = resolve_checkpoint(checkpoint)
     if not (path / "config.json").is_file():
         raise fail(f"{checkpoint} is not a checkpoint directory (no config.json)")
+    try:
+        positions = read_config(path).max_position_embeddings
+    except CheckpointError as err:
+        raise fail(str(err)) from None
+    if max_model_len > positions:
+        raise fail(
+            f"--max-model-len {max_model_len} is longer than the {positions} positions the "
+            f"model was made for (max_position_embeddings); use {positions} or less, or 0"
+        )
     from fleetrl.inference.server import ListenError
     from fleetrl.inference.server import serve as run_server
 

@@ -122,6 +122,7 @@ def no_server(monkeypatch):
         (["--port", "99999"], "--port"),
         (["--port", "-1"], "--port"),
         (["--max-model-len", "-5"], "--max-model-len"),
+        (["--max-model-len", "8192"], "max_position_embeddings"),
         (["--max-batch-size", "0"], "--max-batch-size"),
         (["--max-batch-size", "-1"], "--max-batch-size"),
         (["--threads", "-3"], "--threads"),
