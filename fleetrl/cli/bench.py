@@ -342,6 +342,7 @@ def check_published_run(source: str) -> None:
     measured between consecutive ones), read the way the weights benchmark reads it: a run
     directory's `store` folder, else a store URL or folder. Checked before the benchmark so
     that a wrong path does not cost a whole run first."""
+    from fleetrl.orchestrate.weights_bench import published_versions
     from fleetrl.store.errors import WeightStoreError
     from fleetrl.store.weights import WeightStore
 
@@ -353,9 +354,7 @@ def check_published_run(source: str) -> None:
     else:
         raise fail(f"--from-run: {source} is not a run directory (runs/NAME) or a store URL")
     try:
-        store = WeightStore(url)
-        latest = store.latest()
-        published = [v for v in store.versions() if latest is not None and v <= latest]
+        published = published_versions(WeightStore(url))
     except (OSError, WeightStoreError) as err:
         raise fail(f"--from-run: {err}") from None
     if not published:

@@ -203,6 +203,13 @@ def flat_figures(result: dict[str, Any]) -> dict[str, float | int | str]:
     return table
 
 
+def published_versions(store: WeightStore) -> list[int]:
+    """The committed versions the store still holds, ascending: those with a manifest, up
+    to LATEST (a newer manifest without it was never committed)."""
+    latest = store.latest()
+    return [v for v in store.versions() if latest is not None and v <= latest]
+
+
 def run_weights_bench_from_run(source: str, zstd_level: int = 3) -> dict[str, Any]:
     """The codec on a real run's versions: for each version whose delta base is still in the
     store (garbage collection keeps the last few), the delta's bytes against the full version
@@ -214,8 +221,7 @@ def run_weights_bench_from_run(source: str, zstd_level: int = 3) -> dict[str, An
     """
     local = Path(source) / "store"
     store = WeightStore(str(local) if local.is_dir() else source)
-    latest = store.latest()
-    versions = [v for v in store.versions() if latest is not None and v <= latest]
+    versions = published_versions(store)
     options = codec.CodecOptions(zstd_level=zstd_level)
     pairs: list[dict[str, Any]] = []
     held: Held | None = None
