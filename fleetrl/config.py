@@ -63,7 +63,7 @@ class TasksSection(_Section):
 
 
 class HarnessSection(_Section):
-    """Prompting and budgets of one agent episode (`fleetrl.envs.harness`). The defaults are
+    """Prompting and budgets of one agent episode (`fleetrl.envs.harness.loop`). The defaults are
     the preset of the bundled `micro` suite and the small models trained on it; SFT,
     evaluation and RL all use them."""
 

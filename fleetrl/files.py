@@ -1,5 +1,5 @@
-"""Files on local disk: writing one so that a reader sees all of it or none of it, and
-whether a folder can be made at a path.
+"""Files on local disk: writing one so that a reader sees all of it or none of it, whether
+a folder can be made at a path, and the cache folder of what fleetrl can rebuild.
 
 Writers die midway, and processes write the same file at once: a cache entry, an object
 of a store on local disk, a file downloaded from the store. Each write goes to a temporary
@@ -12,6 +12,17 @@ from __future__ import annotations
 import os
 import uuid
 from pathlib import Path
+
+
+def cache_dir() -> Path:
+    """The folder of what fleetrl can rebuild (task repositories, verifier plugins, demos,
+    cached evaluations): $FLEETRL_CACHE, else $XDG_CACHE_HOME/fleetrl or ~/.cache/fleetrl.
+    One per machine; deleting it only costs the time to rebuild. Callers name their own
+    subfolder."""
+    if os.environ.get("FLEETRL_CACHE"):
+        return Path(os.environ["FLEETRL_CACHE"]).expanduser().resolve()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base).expanduser().resolve() / "fleetrl"
 
 
 def write_whole(path: Path, data: bytes) -> None:

@@ -88,13 +88,13 @@ class Task:
     every hidden test file removed. The agent starts from that tree and sees only
     `problem_statement`; `patch` and `test_patch` stay with the verifier, which applies
     the agent's diff, then `test_patch`, and rewards 1 iff every FAIL_TO_PASS test and
-    every PASS_TO_PASS test passes. `fleetrl.envs.records` loads and validates these
-    records, `fleetrl.envs.workspace` checks them out.
+    every PASS_TO_PASS test passes. `fleetrl.envs.tasks.records` loads and validates these
+    records, `fleetrl.envs.tasks.workspace` checks them out.
     """
 
     instance_id: str  # unique id, e.g. "micro-train-0007" or "calc__operator_swap_1a2b3c4d"
     # Absolute path of the task's git repository. Bundled suites materialise it on first
-    # use (fleetrl.envs.workspace.ensure_repo), so it may not exist until then.
+    # use (fleetrl.envs.tasks.workspace.ensure_repo), so it may not exist until then.
     repo: str
     base_commit: str  # 40-hex sha of the repository's only commit: the agent's starting tree
     problem_statement: str  # the issue text the agent is given

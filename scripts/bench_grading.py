@@ -20,7 +20,7 @@ WORKER = r"""
 import json, sys, time
 from pathlib import Path
 from fleetrl.envs import verifier
-from fleetrl.envs.suites import get_task
+from fleetrl.envs.tasks.suites import get_task
 try:
     import fleetrl.envs.verifier.cache as outcomes
 except ModuleNotFoundError:  # a checkout from before the verifier became a package
@@ -36,9 +36,9 @@ for line in sys.stdin:
 
 def main() -> None:
     old, new, reps = sys.argv[1], sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 1
-    from fleetrl.envs.git import apply_patch
-    from fleetrl.envs.suites import load_tasks
-    from fleetrl.envs.workspace import checkout
+    from fleetrl.envs.tasks.git import apply_patch
+    from fleetrl.envs.tasks.suites import load_tasks
+    from fleetrl.envs.tasks.workspace import checkout
 
     tasks = load_tasks(suite="micro")[::27]
     root = Path(tempfile.mkdtemp(prefix="bench-grading-"))

@@ -19,7 +19,8 @@ needs no folder.
 import argparse
 from pathlib import Path
 
-from fleetrl.envs.folders import write_micro_folder
+from lab.folders import fresh_train_tasks, write_micro_folder
+
 from fleetrl.envs.micro import suite as micro
 
 
@@ -34,7 +35,7 @@ def main() -> None:
     args.dir = args.dir.resolve()  # task records hold absolute repository paths
     args.dir.mkdir(parents=True)
     # Drawn as `val` tasks (evaluation constants and letters), filed as `train`.
-    tasks = micro.fresh_train_tasks(
+    tasks = fresh_train_tasks(
         args.size, "val", micro.PRODUCT_SEED, "control-train", args.dir / "repos"
     )
     path = write_micro_folder(tasks, args.dir)

@@ -27,11 +27,11 @@ import sys
 from pathlib import Path
 
 import torch
+from lab.pretrain import corpus_roots, pack_rows, source_files
 
 from fleetrl.config import SftSection
 from fleetrl.model.checkpoint import init_model
 from fleetrl.model.tokenizer import bundled_tokenizer
-from fleetrl.trainer.pretrain import corpus_roots, pack_rows, source_files
 from fleetrl.trainer.sft import model_config, train_sft
 
 

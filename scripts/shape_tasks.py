@@ -6,7 +6,7 @@
     fleetrl eval OUT --tasks DIR --split heldout-shapes --best-temperature
 
 DIR/tasks.jsonl holds, as its `train` split, `--shapes` tasks of new function shapes
-(`fleetrl.envs.micro.shapes`: the eight bug kinds cycled, no shape within one line of a
+(`scripts/lab/shapes.py`: the eight bug kinds cycled, no shape within one line of a
 `heldout-templates` function; train constants and letters, or with `--eval-symbols` the
 evaluation ones, a product's conventions the base never trained on, as in the positive
 control; with `--open-lines P` each expression line of a train shape is, with probability
@@ -23,10 +23,11 @@ to copy them, and so fixes functions of unseen shapes: of the grammar it trained
 import argparse
 from pathlib import Path
 
-from fleetrl.envs.folders import write_micro_folder
-from fleetrl.envs.micro import suite as micro
-from fleetrl.envs.records import TaskError
-from fleetrl.envs.suites import load_tasks
+from lab.folders import write_micro_folder
+from lab.shapes import fresh_shape_tasks
+
+from fleetrl.envs.tasks.records import TaskError
+from fleetrl.envs.tasks.suites import load_tasks
 
 SEED = "fleetrl-micro-shapes-v1"
 
@@ -67,14 +68,14 @@ def main() -> None:
         parser.error(f"--base-train: {err}")
     args.dir = args.dir.resolve()  # task records hold absolute repository paths
     args.dir.mkdir(parents=True)
-    shapes = micro.fresh_shape_tasks(
+    shapes = fresh_shape_tasks(
         args.shapes, SEED, "shape-train", args.dir / "repos",
         draw_as="val" if args.eval_symbols else None, open_lines=args.open_lines,
     )  # fmt: skip
     tasks += shapes
     if args.heldout_shapes:
         seen = frozenset(task.origin for task in shapes)
-        tasks += micro.fresh_shape_tasks(
+        tasks += fresh_shape_tasks(
             args.heldout_shapes, f"{SEED}-heldout", "shape-heldout", args.dir / "repos",
             split="heldout-shapes", avoid=seen,
         )  # fmt: skip

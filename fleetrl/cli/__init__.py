@@ -15,7 +15,7 @@ import os
 import typer
 
 from fleetrl.cli import bench, evaluate, model, runs, train
-from fleetrl.envs.tasks_cli import tasks_app
+from fleetrl.cli.tasks import tasks_app
 
 app = typer.Typer(
     help="fleetrl: asynchronous RL for specialised coding-agent models.",

@@ -34,7 +34,7 @@ def bench_engine(
         raise fail("need 1 <= --min-tokens <= --max-tokens")
     if min(requests, batch_size, threads, rounds) < 1:
         raise fail("--requests, --batch-size, --threads and --rounds must be >= 1")
-    from fleetrl.inference.bench import EngineBenchConfig, run_engine_bench
+    from fleetrl.bench.engine import EngineBenchConfig, run_engine_bench
 
     config = EngineBenchConfig(
         requests=requests,
@@ -65,8 +65,8 @@ def bench_sandbox(
         raise fail("--n, --burst, --max-concurrent and --pool-size must be >= 1")
     if base_dir is not None and not base_dir.is_dir():
         raise fail(f"--base-dir: {base_dir} is not a directory")
+    from fleetrl.bench.sandbox import run_sandbox_bench
     from fleetrl.envs.sandbox import SandboxError
-    from fleetrl.envs.sandbox.bench import run_sandbox_bench
 
     try:
         result = run_sandbox_bench(
@@ -124,7 +124,7 @@ def bench_weights(
         raise fail(f"--zstd-level must be in 1..22, got {zstd_level}")
     if from_run:
         check_published_run(from_run)
-    from fleetrl.orchestrate.weights_bench import (
+    from fleetrl.bench.weights import (
         WeightsBenchConfig,
         flat_figures,
         run_weights_bench,
@@ -175,8 +175,8 @@ def bench_pipeline(
     if env_latency < 0:
         raise fail("need --env-latency >= 0")
     base = run_config(config_file, set_, {"model.path": model})
+    from fleetrl.bench.pipeline import PipelineWorkload, run_pipeline_bench
     from fleetrl.model.checkpoint import resolve_checkpoint
-    from fleetrl.orchestrate.bench import PipelineWorkload, run_pipeline_bench
 
     if not (resolve_checkpoint(base.model.path) / "config.json").is_file():
         raise fail(f"{base.model.path} is not a checkpoint directory")
@@ -228,8 +228,8 @@ def bench_fleet(
     if link_mbps <= 0 or slow_latency < 0:
         raise fail("need --link-mbps > 0 and --slow-latency >= 0")
     base = run_config(config_file, set_, {"model.path": model})
+    from fleetrl.bench.fleet import FleetWorkload, run_fleet_bench
     from fleetrl.model.checkpoint import resolve_checkpoint
-    from fleetrl.orchestrate.fleet_bench import FleetWorkload, run_fleet_bench
     from fleetrl.orchestrate.local import RunFailed
 
     if not (resolve_checkpoint(base.model.path) / "config.json").is_file():
@@ -297,12 +297,12 @@ def bench_learning(
     run_dir = runs_dir / (name or f"learning-{time.strftime('%Y%m%d-%H%M%S')}")
     if run_dir.exists() and any(run_dir.iterdir()):
         raise fail(f"{run_dir} is not empty; choose another --name")
-    from fleetrl.model.checkpoint import resolve_checkpoint
-    from fleetrl.orchestrate.learning_bench import (
+    from fleetrl.bench.learning import (
         LearningBenchError,
         learning_rows,
         run_learning_bench,
     )
+    from fleetrl.model.checkpoint import resolve_checkpoint
     from fleetrl.orchestrate.local import RunFailed
     from fleetrl.orchestrate.sft import SftError
 
@@ -342,7 +342,7 @@ def check_published_run(source: str) -> None:
     measured between consecutive ones), read the way the weights benchmark reads it: a run
     directory's `store` folder, else a store URL or folder. Checked before the benchmark so
     that a wrong path does not cost a whole run first."""
-    from fleetrl.orchestrate.weights_bench import published_versions
+    from fleetrl.bench.weights import published_versions
     from fleetrl.store.errors import WeightStoreError
     from fleetrl.store.weights import WeightStore
 

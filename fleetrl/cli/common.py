@@ -12,8 +12,10 @@ if TYPE_CHECKING:
 
 
 def fail(message: str) -> typer.Exit:
-    """Print a one-line error and return the exit to raise (code 2: bad input)."""
-    typer.secho(f"error: {message}", err=True, fg=typer.colors.RED)
+    """Print a one-line error (the message's first line: a tool's output may follow it)
+    and return the exit to raise (code 2: bad input)."""
+    first = message.strip().splitlines()[0] if message.strip() else "error"
+    typer.secho(f"error: {first}", err=True, fg=typer.colors.RED)
     return typer.Exit(code=2)
 
 

@@ -101,7 +101,7 @@ def eval_command(
     import math
     import time
 
-    from fleetrl.envs.records import TaskError
+    from fleetrl.envs.tasks.records import TaskError
     from fleetrl.model.checkpoint import CheckpointError, resolve_checkpoint
     from fleetrl.rollout.evaluate import EvalError, describe, protocol_report, split_tasks
 
@@ -136,8 +136,8 @@ def verify(
     """Grade a workspace: its non-test changes, hidden tests, anti-cheat flags -> reward."""
     if not timeout > 0:
         raise fail(f"--timeout must be > 0 seconds, not {timeout:g}")
-    from fleetrl.envs.records import TaskError
-    from fleetrl.envs.suites import get_task
+    from fleetrl.envs.tasks.records import TaskError
+    from fleetrl.envs.tasks.suites import get_task
     from fleetrl.envs.verifier import verify_workspace
 
     try:

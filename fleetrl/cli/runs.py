@@ -69,8 +69,8 @@ def run_create(
     base = resolve_checkpoint(config.model.path)
     if not (base / "config.json").is_file():
         raise fail(f"model.path {config.model.path!r} is not a checkpoint directory")
-    from fleetrl.envs.records import TaskError
-    from fleetrl.envs.suites import training_tasks
+    from fleetrl.envs.tasks.records import TaskError
+    from fleetrl.envs.tasks.suites import training_tasks
 
     try:
         training_tasks(config.tasks, base)

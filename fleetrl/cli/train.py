@@ -62,8 +62,8 @@ def train(
     base = resolve_checkpoint(config.model.path)
     if not (base / "config.json").is_file():
         raise fail(f"model.path {config.model.path!r} is not a checkpoint directory")
-    from fleetrl.envs.records import TaskError
-    from fleetrl.envs.suites import configured_tasks, without_solved
+    from fleetrl.envs.tasks.records import TaskError
+    from fleetrl.envs.tasks.suites import configured_tasks, without_solved
 
     split = config.tasks.split
     try:

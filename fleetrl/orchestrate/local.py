@@ -31,8 +31,7 @@ from pathlib import Path
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from fleetrl.config import RunConfig, dump_config
-from fleetrl.envs.cache import cache_dir
-from fleetrl.files import write_whole
+from fleetrl.files import cache_dir, write_whole
 from fleetrl.model.checkpoint import resolve_checkpoint, weights_digest
 from fleetrl.observe.metrics import MetricsLogger, read_metrics
 from fleetrl.observe.records import EvalRecord

@@ -21,9 +21,9 @@ import torch
 
 from fleetrl.config import RunConfig
 from fleetrl.envs.micro.expert import PLANS
-from fleetrl.envs.records import TaskError
 from fleetrl.envs.sandbox import SandboxError
-from fleetrl.envs.suites import configured_tasks
+from fleetrl.envs.tasks.records import TaskError
+from fleetrl.envs.tasks.suites import configured_tasks
 from fleetrl.model.checkpoint import (
     CheckpointError,
     init_model,

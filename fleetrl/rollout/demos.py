@@ -35,13 +35,13 @@ from pathlib import Path
 from rich.progress import Progress
 
 from fleetrl.config import HarnessSection, RolloutSection
-from fleetrl.envs import harness as harness_module
-from fleetrl.envs import micro, tools
-from fleetrl.envs.cache import cache_dir
+from fleetrl.envs import micro
+from fleetrl.envs.harness import loop as harness_module
+from fleetrl.envs.harness import tools
 from fleetrl.envs.micro.expert import PLANS, Expert
 from fleetrl.envs.micro.names import RenamedCopy, renamed_copy
-from fleetrl.envs.workspace import ensure_repo
-from fleetrl.files import write_whole
+from fleetrl.envs.tasks.workspace import ensure_repo
+from fleetrl.files import cache_dir, write_whole
 from fleetrl.model import chat
 from fleetrl.model.tokenizer import Tokenizer
 from fleetrl.rollout.worker import Rollouts

@@ -22,7 +22,7 @@ runs whose temperature is known run concurrently, sharing its episodes in flight
 whole sweep, plus the greedy run of the reported split, is one batch.
 
 Not covered: paired comparisons between two checkpoints on the same tasks; evaluation of
-models served elsewhere (`fleetrl.envs.harness.run_episode_openai` runs their episodes).
+models served elsewhere (`fleetrl.envs.harness.loop.run_episode_openai` runs their episodes).
 """
 
 from __future__ import annotations
@@ -44,12 +44,11 @@ import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from fleetrl.config import RunConfig
-from fleetrl.envs.cache import cache_dir
-from fleetrl.envs.handover import Handover
-from fleetrl.envs.harness import TokenPolicy
+from fleetrl.envs.harness.handover import Handover
+from fleetrl.envs.harness.loop import TokenPolicy
 from fleetrl.envs.micro.expert import PLANS, Expert
-from fleetrl.envs.suites import configured_tasks
-from fleetrl.files import write_whole
+from fleetrl.envs.tasks.suites import configured_tasks
+from fleetrl.files import cache_dir, write_whole
 from fleetrl.model.checkpoint import load_pretrained, weights_digest
 from fleetrl.model.tokenizer import Tokenizer
 from fleetrl.rollout.worker import Rollouts, rollout_engine

@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 
 from fleetrl.config import RunConfig
-from fleetrl.envs.suites import training_tasks
+from fleetrl.envs.tasks.suites import training_tasks
 from fleetrl.model.checkpoint import load_pretrained, resolve_checkpoint
 from fleetrl.model.tokenizer import Tokenizer
 from fleetrl.rollout.worker import GroupResult, Rollouts, rollout_engine

@@ -30,12 +30,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from fleetrl.config import HarnessSection, RolloutSection
-from fleetrl.envs.handover import Handover, Recorded
-from fleetrl.envs.harness import TokenPolicy, run_episode
+from fleetrl.envs.harness.handover import Handover, Recorded
+from fleetrl.envs.harness.loop import TokenPolicy, run_episode
 from fleetrl.envs.micro.expert import RECOVER, Expert
 from fleetrl.envs.sandbox import Limits, open_sandbox
+from fleetrl.envs.tasks.workspace import ensure_repo
 from fleetrl.envs.verifier import sandbox_changes, verify
-from fleetrl.envs.workspace import ensure_repo
 from fleetrl.inference.engine import Engine
 from fleetrl.model.qwen3 import Qwen3
 from fleetrl.model.tokenizer import Tokenizer

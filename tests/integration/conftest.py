@@ -31,8 +31,8 @@ def weights_bench_figures() -> dict:
     tiny model comes in through the defaults of the config the command builds."""
     from typer.testing import CliRunner
 
+    from fleetrl.bench import weights as weights_bench
     from fleetrl.cli import app
-    from fleetrl.orchestrate import weights_bench
 
     tiny = functools.partial(weights_bench.WeightsBenchConfig, **WEIGHTS_BENCH_TINY)
     with pytest.MonkeyPatch.context() as patch:

@@ -13,7 +13,7 @@ from fleetrl.config import (
     parse_overrides,
     with_overrides,
 )
-from fleetrl.envs.suites import load_tasks, training_tasks
+from fleetrl.envs.tasks.suites import load_tasks, training_tasks
 from fleetrl.model.checkpoint import resolve_checkpoint
 
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from fleetrl.files import write_whole
+from fleetrl.files import cache_dir, write_whole
 
 
 def test_write_whole_makes_the_folder_replaces_and_leaves_nothing_beside(tmp_path):
@@ -20,3 +20,8 @@ def test_a_failed_write_keeps_what_was_there_and_leaves_nothing_beside(tmp_path)
         write_whole(entry, b"data")
     assert (entry / "inside").is_dir()
     assert [p.name for p in tmp_path.iterdir()] == ["key.json"]
+
+
+def test_cache_dir_follows_fleetrl_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("FLEETRL_CACHE", str(tmp_path / "c"))
+    assert cache_dir() == tmp_path / "c"

@@ -1,7 +1,13 @@
-"""The house rules: imports point down the data flow, and packages import nothing heavy.
+"""The house rules: imports point down the data flow, the lab stays out of the product,
+and packages import nothing heavy.
 
     types, config, observe, files  ←  model  ←  inference / envs / store  ←  rollout / trainer
-        ←  orchestrate  ←  cli
+        ←  orchestrate  ←  bench  ←  cli
+
+The benchmarks a user runs (`fleetrl bench …`) are a room of their own, imported only by
+`cli`. Research code lives under `scripts/` (its modules in `scripts/lab`): `fleetrl/`
+never imports it, and every module of `fleetrl/` is reached from a command a user runs, not
+only from scripts or tests.
 
 Every `import fleetrl.…` in the package, at module level or inside a function, is checked
 against the layer of the importing module. Module-level imports also form no cycle. That
@@ -32,7 +38,15 @@ ALLOWED: dict[str, set[str]] = {
     "rollout": FOUNDATION | {"model"} | STAGES,
     "trainer": FOUNDATION | {"model", "store"},
     "orchestrate": FOUNDATION | {"model"} | STAGES | {"rollout", "trainer"},
-    "cli": FOUNDATION | {"model"} | STAGES | {"rollout", "trainer", "orchestrate"},
+    "bench": FOUNDATION | {"model"} | STAGES | {"rollout", "trainer", "orchestrate"},
+    "cli": FOUNDATION | {"model"} | STAGES | {"rollout", "trainer", "orchestrate", "bench"},
+}
+# Modules a user's command reaches: the console script (`fleetrl = fleetrl.cli:app`),
+# `python -m fleetrl.cli` (how the launchers start roles), and files run by path.
+ENTRY_POINTS = {
+    "fleetrl.cli": "the console script",
+    "fleetrl.cli.__main__": "python -m fleetrl.cli",
+    "fleetrl.envs.verifier.grader_runner": "run by path inside each grading sandbox",
 }
 
 
@@ -47,8 +61,9 @@ def part_of(module: str) -> str:
     return parts[1] if len(parts) > 1 else "__init__"
 
 
-def imports(path: Path, top_level_only: bool) -> set[str]:
-    """fleetrl modules `path` imports (outside `if TYPE_CHECKING:` blocks)."""
+def imports(path: Path, top_level_only: bool, names: bool = False) -> set[str]:
+    """fleetrl modules `path` imports (outside `if TYPE_CHECKING:` blocks); with `names`,
+    also `module.name` for each name of a `from module import name` (a submodule, maybe)."""
     found: set[str] = set()
 
     def scan(nodes: list[ast.stmt]) -> None:
@@ -57,6 +72,8 @@ def imports(path: Path, top_level_only: bool) -> set[str]:
                 continue
             if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
                 found.add(node.module)
+                if names:
+                    found.update(f"{node.module}.{alias.name}" for alias in node.names)
             elif isinstance(node, ast.Import):
                 found.update(alias.name for alias in node.names)
             elif not top_level_only:
@@ -115,3 +132,39 @@ def test_no_import_cycles_between_modules():
         if module not in state:
             visit(module, [module])
     assert cycles == []
+
+
+def all_imports(path: Path) -> set[str]:
+    """Every top-level module name `path` imports, ours or not."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module.split(".")[0])
+        elif isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+    return found
+
+
+def test_the_package_never_imports_the_lab():
+    wrong = [
+        f"{module_name(path)} imports {name}"
+        for path in sources()
+        for name in all_imports(path) & {"lab", "scripts", "tests"}
+    ]
+    assert wrong == []
+
+
+def test_every_module_is_reached_from_a_command():
+    """A module only scripts or tests import is research or dead code: it leaves the package."""
+    known = {module_name(p): p for p in sources()}
+    reached: set[str] = set()
+    todo = list(ENTRY_POINTS)
+    while todo:
+        module = todo.pop()
+        if module in reached or module not in known:
+            continue
+        reached.add(module)
+        parts = module.split(".")
+        todo += [".".join(parts[:i]) for i in range(1, len(parts))]  # its packages' inits
+        todo += imports(known[module], top_level_only=False, names=True)
+    assert sorted(set(known) - reached) == []

@@ -53,7 +53,7 @@ from pathlib import Path
 
 from fleetrl.envs.micro.gold import GoldChange, gold_change
 from fleetrl.envs.micro.statement import parse_statement
-from fleetrl.envs.mutations import find_mutations
+from fleetrl.envs.tasks.mutations import find_mutations
 from fleetrl.model.chat import (
     GENERATION_PROMPT,
     IM_END,
@@ -166,7 +166,7 @@ def slipped(old: str, text: str, rng: random.Random) -> str:
 def wrong_fix(lines: list[str], change: GoldChange, rng: random.Random) -> tuple[str, ...]:
     """The lines `change` replaces, changed the wrong way, still parsing and neither the
     buggy nor the fixed lines: a mutation of the buggy or the fixed lines
-    (fleetrl.envs.mutations), or where there is none, one name of the fixed lines swapped
+    (fleetrl.envs.tasks.mutations), or where there is none, one name of the fixed lines swapped
     for another name of the file.
 
     ValueError if there is neither, as for an insertion (no buggy line to change).

@@ -27,9 +27,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from fleetrl.envs.anticheat.episode import NETWORK_PROGRAMS
-from fleetrl.envs.git import commit_all, flat_commit_sha, unified_diff
 from fleetrl.envs.micro.gold import gold_change
 from fleetrl.envs.micro.statement import rename_function
+from fleetrl.envs.tasks.git import commit_all, flat_commit_sha, unified_diff
 from fleetrl.types import Task
 
 # Names a generated identifier must not take: Python's own, and modules the test run imports.

@@ -45,7 +45,7 @@ How it is made (`fleetrl.envs.micro.templates` has the templates):
 
 Records are built in memory (well under a second); a task's repository is written under
 `cache_dir()/suites/micro/<version>/<instance_id>` on first use (`workspace.ensure_repo`
-calls `materialise`, found through the registry, `fleetrl.envs.suites`). The statement's
+calls `materialise`, found through the registry, `fleetrl.envs.tasks.suites`). The statement's
 wording lives in `fleetrl.envs.micro.statement`, beside its parser.
 """
 
@@ -61,12 +61,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from fleetrl.envs.cache import cache_dir
-from fleetrl.envs.git import commit_all, flat_commit_sha, unified_diff
-from fleetrl.envs.micro import shapes
 from fleetrl.envs.micro.names import RESERVED_FUNCTION_NAMES, RESERVED_NAMES, fresh_name
 from fleetrl.envs.micro.statement import write_statement
 from fleetrl.envs.micro.templates import TEMPLATES, UNSEEN_TEMPLATES, Template
+from fleetrl.envs.tasks.git import flat_commit_sha, unified_diff
+from fleetrl.files import cache_dir
 from fleetrl.types import Task
 
 MICRO_VERSION = "v2"
@@ -346,14 +345,6 @@ def _fresh_specs(size: int, draw_as: str, seed: str, prefix: str) -> list[_Spec]
     return specs
 
 
-def fresh_train_tasks(size: int, draw_as: str, seed: str, prefix: str, repos: Path) -> list[Task]:
-    """`size` micro training tasks beyond the suite, drawn like `draw_as` tasks from
-    `seed` (`_fresh_specs`), ids `<prefix>-<index>`, repositories written under `repos`
-    (which must not hold them yet). For task folders that train on other symbols than the
-    suite's train split, e.g. the positive control of `scripts/control_tasks.py`."""
-    return [_write_fresh(spec, repos) for spec in _fresh_specs(size, draw_as, seed, prefix)]
-
-
 @functools.cache
 def _product_specs() -> dict[str, _Spec]:
     """The `product` suite's train tasks by id: drawn like `val` (`build_product_suite`)."""
@@ -384,57 +375,6 @@ def build_product_suite() -> list[Task]:
 def materialise_product(task: Task, dest: Path) -> None:
     """Write a `product` train task's base tree into the empty folder `dest`."""
     _write_base(_product_specs()[task.instance_id], dest)
-
-
-def fresh_shape_tasks(
-    size: int,
-    seed: str,
-    prefix: str,
-    repos: Path,
-    split: str = "train",
-    avoid: frozenset[str] = frozenset(),
-    draw_as: str | None = None,
-    open_lines: float = 0.0,
-) -> list[Task]:
-    """`size` tasks of function shapes drawn at random (`fleetrl.envs.micro.shapes`), with
-    the eight bug kinds cycled and function names no suite task uses; ids
-    `<prefix>-<index>`, repositories written under `repos`, filed under `split`, whose side
-    gives the constants and letters (`constants_side`) unless `draw_as` names another
-    split to draw them like (train tasks in the evaluation symbols). Every task is a shape
-    no other task has and none in `avoid` (shape names, a task's `origin`), so a model
-    trained on them cannot memorise the lines it edits, and tasks of unseen shapes can be
-    drawn for evaluation. `open_lines` is `shapes.random_template`'s."""
-    names = _Names()
-    names.functions |= {spec.function for spec in _specs()}
-    rng = random.Random(seed)
-    tasks: list[Task] = []
-    drawn = set(avoid)
-    while len(tasks) < size:
-        kind = shapes.BUG_KINDS[len(tasks) % len(shapes.BUG_KINDS)]
-        template, bugs = shapes.random_template(rng, open_lines)
-        of_kind = [bug for bug_kind, bug in bugs if bug_kind == kind]
-        if not of_kind or template.name in drawn:
-            continue
-        template = dataclasses.replace(template, bugs={kind: rng.choice(of_kind)})
-        try:
-            spec = _make(f"{prefix}-{len(tasks):04d}", draw_as or split, template, kind, rng, names)
-        except RuntimeError:  # no call tells this bug apart, or its line is never unique
-            continue
-        tasks.append(_write_fresh(spec, repos, split))
-        drawn.add(template.name)
-    return tasks
-
-
-def _write_fresh(spec: _Spec, repos: Path, split: str = "train") -> Task:
-    """The Task of a spec beyond the suite, filed under `split`, its repository written
-    under `repos`."""
-    repo = repos / spec.instance_id
-    task = dataclasses.replace(_task(spec, repo), split=split)
-    repo.mkdir(parents=True)
-    _write_base(spec, repo)
-    if commit_all(repo) != task.base_commit:
-        raise RuntimeError(f"{spec.instance_id}: the written repository is not base_commit")
-    return task
 
 
 def materialise(task: Task, dest: Path) -> None:

@@ -9,7 +9,7 @@ Backends: "bwrap" (the default and the only isolated one; see `bwrap`) and "loca
 (an unconfined temporary copy, development only, used only when asked for by name).
 `SandboxPool` keeps sandboxes ready for bursts; `cleanup_stale` removes the per-command
 cgroups of owners that crashed (their mounts vanish with them); docs/sandbox.md has the
-isolation guarantees and `fleetrl.envs.sandbox.bench.run_sandbox_bench` the figures.
+isolation guarantees and `fleetrl.bench.sandbox.run_sandbox_bench` the figures.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Contract: `run_hidden_tests` opens a fresh sandbox over the pristine repository, restores
 the hidden tests there (hashed, before any file of the agent's lands), pins pytest's
 configuration to the pristine repository's own (or the runner's empty one), writes the
-applied changes in, runs `fleetrl/envs/grader_runner.py` on them (python -I, a read-only
+applied changes in, runs `fleetrl/envs/verifier/grader_runner.py` on them (python -I, a read-only
 workspace under bwrap, only pytest's own plugins) and returns what `judge_report` makes of
 its report. `runner_dir` is the folder outside every workspace that holds the runner;
 `GraderUnavailable` means this Python cannot grade at all (no pytest).
@@ -25,12 +25,12 @@ from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
 
-from fleetrl.envs.cache import cache_dir
 from fleetrl.envs.sandbox import Limits, Sandbox, open_sandbox
 from fleetrl.envs.sandbox.bwrap import BwrapSandbox
 from fleetrl.envs.verifier.changes import MAX_FILE_BYTES
 from fleetrl.envs.verifier.hidden import hidden_paths, restore_hidden_tests
 from fleetrl.envs.verifier.judge import RunOutcome, judge_report
+from fleetrl.files import cache_dir
 from fleetrl.types import Task
 
 # pytest's configuration files in its own order of precedence (pytest 9), with the section
@@ -59,8 +59,7 @@ def _runner_source() -> tuple[bytes, str]:
             f"the verifier runs hidden tests with pytest, which {sys.executable} lacks: "
             "pip install pytest"
         )
-    # fleetrl/envs/grader_runner.py: beside this package, one level above this file.
-    source = (Path(__file__).parent.parent / "grader_runner.py").read_bytes()
+    source = (Path(__file__).parent / "grader_runner.py").read_bytes()
     return source, hashlib.sha256(source).hexdigest()[:16]
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from fleetrl.envs import anticheat
 from fleetrl.envs.sandbox import Limits, SandboxUnavailable
+from fleetrl.envs.tasks.workspace import ensure_repo
 from fleetrl.envs.verifier import cache
 from fleetrl.envs.verifier.changes import Changes, workspace_changes
 from fleetrl.envs.verifier.hidden import (
@@ -31,7 +32,6 @@ from fleetrl.envs.verifier.hidden import (
     touches_hidden,
 )
 from fleetrl.envs.verifier.runner import GraderUnavailable, run_hidden_tests
-from fleetrl.envs.workspace import ensure_repo
 from fleetrl.types import Task
 
 log = logging.getLogger(__name__)

@@ -6,7 +6,7 @@ import json
 from typer.testing import CliRunner
 
 from fleetrl.cli import app
-from fleetrl.envs.suites import load_tasks
+from fleetrl.envs.tasks.suites import load_tasks
 
 runner = CliRunner()
 

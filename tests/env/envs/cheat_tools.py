@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from fleetrl.envs.sandbox import open_sandbox
-from fleetrl.envs.suites import get_task
+from fleetrl.envs.tasks.suites import get_task
+from fleetrl.envs.tasks.workspace import checkout, ensure_repo
 from fleetrl.envs.verifier import VerifyResult, sandbox_changes, verify, verify_workspace
-from fleetrl.envs.workspace import checkout, ensure_repo
 from fleetrl.types import Task
 
 
@@ -151,7 +151,7 @@ def has_landlock() -> bool:
     under test starts from reading the hidden tests."""
     import ctypes
 
-    from fleetrl.envs.grader_runner import _SYS_CREATE_RULESET
+    from fleetrl.envs.verifier.grader_runner import _SYS_CREATE_RULESET
 
     libc = ctypes.CDLL(None)
     return libc.syscall(_SYS_CREATE_RULESET, None, ctypes.c_size_t(0), 1) > 0  # ABI version

@@ -7,10 +7,10 @@ import re
 from pathlib import Path
 
 from fleetrl.envs import anticheat
-from fleetrl.envs.git import apply_patch
-from fleetrl.envs.suites import load_tasks
+from fleetrl.envs.tasks.git import apply_patch
+from fleetrl.envs.tasks.suites import load_tasks
+from fleetrl.envs.tasks.workspace import ensure_repo
 from fleetrl.envs.verifier.hidden import hidden_test_sources
-from fleetrl.envs.workspace import ensure_repo
 from fleetrl.types import Task
 
 

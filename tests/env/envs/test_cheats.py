@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from fleetrl.envs.git import apply_patch
+from fleetrl.envs.tasks.git import apply_patch
+from fleetrl.envs.tasks.workspace import checkout, ensure_repo
 from fleetrl.envs.verifier import OutcomeCache, VerifyResult, cache, verify, workspace_changes
-from fleetrl.envs.workspace import checkout, ensure_repo
 from tests.env.envs.cheat_tools import (
     READ_PROC_ENVIRON,
     Target,

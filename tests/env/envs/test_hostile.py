@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from fleetrl.envs.git import apply_patch
 from fleetrl.envs.sandbox import open_sandbox
+from fleetrl.envs.tasks.git import apply_patch
+from fleetrl.envs.tasks.workspace import checkout, ensure_repo
 from fleetrl.envs.verifier import (
     OutcomeCache,
     VerifyResult,
@@ -26,7 +27,6 @@ from fleetrl.envs.verifier import (
     verify_workspace,
     workspace_changes,
 )
-from fleetrl.envs.workspace import checkout, ensure_repo
 from tests.env.envs.cheat_tools import Target, module_file, target
 
 # The links out are checked on a train and a held-out task; the rest is about the grader, not

@@ -12,7 +12,7 @@ import torch
 
 from fleetrl.config import HarnessSection, RolloutSection
 from fleetrl.envs.micro.expert import PLANS
-from fleetrl.envs.suites import get_task, load_tasks
+from fleetrl.envs.tasks.suites import get_task, load_tasks
 from fleetrl.model.chat import Message, encode_chat, parse_reply
 from fleetrl.model.tokenizer import bundled_tokenizer
 from fleetrl.rollout import demos as demos_module

@@ -4,7 +4,7 @@ is drawn again until one sample succeeds, and the last draw is the group."""
 import asyncio
 
 from fleetrl.config import HarnessSection, RolloutSection
-from fleetrl.envs.suites import get_task
+from fleetrl.envs.tasks.suites import get_task
 from fleetrl.rollout.worker import Rollouts
 from tests.env.rollout.test_failures import TASK, TOKENIZER, FlakyFixer
 

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from fleetrl.config import HarnessSection, RolloutSection
-from fleetrl.envs.suites import get_task
+from fleetrl.envs.tasks.suites import get_task
 from fleetrl.model.chat import Message, ToolCall, format_reply
 from fleetrl.model.tokenizer import bundled_tokenizer
 from fleetrl.rollout import worker

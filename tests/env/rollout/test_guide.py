@@ -7,7 +7,7 @@ import asyncio
 from dataclasses import replace
 
 from fleetrl.config import HarnessSection, RolloutSection
-from fleetrl.envs.suites import get_task
+from fleetrl.envs.tasks.suites import get_task
 from fleetrl.model.chat import Message, ToolCall, format_reply
 from fleetrl.rollout.guidance import replies
 from fleetrl.rollout.worker import GroupResult, Rollouts

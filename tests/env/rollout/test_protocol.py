@@ -13,9 +13,9 @@ from typer.testing import CliRunner
 
 from fleetrl.cli import app
 from fleetrl.config import HarnessSection, RolloutSection, load_config
-from fleetrl.envs.records import write_jsonl
-from fleetrl.envs.suites import get_task, load_tasks
-from fleetrl.envs.workspace import ensure_repo
+from fleetrl.envs.tasks.records import write_jsonl
+from fleetrl.envs.tasks.suites import get_task, load_tasks
+from fleetrl.envs.tasks.workspace import ensure_repo
 from fleetrl.model.chat import Message, ToolCall, format_reply
 from fleetrl.model.checkpoint import resolve_checkpoint, weights_digest
 from fleetrl.model.tokenizer import bundled_tokenizer

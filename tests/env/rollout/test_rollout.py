@@ -3,7 +3,7 @@
 import asyncio
 
 from fleetrl.config import HarnessSection, RolloutSection
-from fleetrl.envs.suites import get_task
+from fleetrl.envs.tasks.suites import get_task
 from fleetrl.model.chat import Message, ToolCall, format_reply
 from fleetrl.model.tokenizer import bundled_tokenizer
 from fleetrl.rollout.evaluate import evaluate_policy, summarise

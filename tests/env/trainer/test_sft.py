@@ -7,10 +7,10 @@ from pathlib import Path
 import torch
 
 from fleetrl.config import HarnessSection
-from fleetrl.envs.harness import run_episode
+from fleetrl.envs.harness.loop import run_episode
 from fleetrl.envs.sandbox import open_sandbox
-from fleetrl.envs.suites import load_tasks
-from fleetrl.envs.workspace import ensure_repo
+from fleetrl.envs.tasks.suites import load_tasks
+from fleetrl.envs.tasks.workspace import ensure_repo
 from fleetrl.inference.engine import Engine
 from fleetrl.model.checkpoint import load_pretrained
 from fleetrl.model.tokenizer import Tokenizer, bundled_tokenizer

@@ -8,9 +8,9 @@ import json
 import pytest
 import torch
 
+from fleetrl.bench.weights import flat_figures, run_weights_bench_from_run
 from fleetrl.config import load_config
 from fleetrl.model.checkpoint import load_pretrained
-from fleetrl.orchestrate.weights_bench import flat_figures, run_weights_bench_from_run
 from fleetrl.store.trajectories import RegionReport, TrajectoryChannel
 from fleetrl.store.weights import WeightStore
 from fleetrl.trainer.loop import run_trainer

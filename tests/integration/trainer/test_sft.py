@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from fleetrl.config import HarnessSection, RolloutSection, SftSection
-from fleetrl.envs.suites import load_tasks
+from fleetrl.envs.tasks.suites import load_tasks
 from fleetrl.model.checkpoint import init_model, load_pretrained
 from fleetrl.model.tokenizer import Tokenizer, bundled_tokenizer
 from fleetrl.rollout.demos import generate_demos

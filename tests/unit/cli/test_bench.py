@@ -6,8 +6,8 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from fleetrl.bench import sandbox as sandbox_bench
 from fleetrl.cli import app
-from fleetrl.envs.sandbox import bench as sandbox_bench
 from fleetrl.store.weights import WeightStore
 
 runner = CliRunner()

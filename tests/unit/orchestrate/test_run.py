@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from fleetrl.config import RunConfig, with_overrides
-from fleetrl.envs.suites import training_tasks
+from fleetrl.envs.tasks.suites import training_tasks
 from fleetrl.orchestrate.run import create_run, open_run
 
 

@@ -4,7 +4,7 @@ nothing else (generating them, with sandboxes: tests/env/rollout)."""
 from dataclasses import replace
 
 from fleetrl.config import HarnessSection
-from fleetrl.envs.suites import load_tasks
+from fleetrl.envs.tasks.suites import load_tasks
 from fleetrl.model.tokenizer import bundled_tokenizer
 from fleetrl.rollout import demos as demos_module
 from fleetrl.rollout.demos import demos_key

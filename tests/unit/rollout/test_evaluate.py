@@ -4,7 +4,7 @@ verifier is in tests/env/rollout."""
 import pytest
 
 from fleetrl.config import ConfigError, load_config
-from fleetrl.envs.suites import load_tasks
+from fleetrl.envs.tasks.suites import load_tasks
 from fleetrl.rollout.evaluate import (
     EvalError,
     EvalResult,

@@ -6,12 +6,12 @@ import asyncio
 import torch
 
 from fleetrl.config import HarnessSection
-from fleetrl.envs.harness import run_episode
+from fleetrl.envs.harness.loop import run_episode
 from fleetrl.envs.micro.expert import Expert
 from fleetrl.envs.sandbox import open_sandbox
-from fleetrl.envs.suites import load_tasks
+from fleetrl.envs.tasks.suites import load_tasks
+from fleetrl.envs.tasks.workspace import ensure_repo
 from fleetrl.envs.verifier import sandbox_changes, verify
-from fleetrl.envs.workspace import ensure_repo
 from fleetrl.model.tokenizer import bundled_tokenizer
 from fleetrl.types import SamplingParams, Task
 

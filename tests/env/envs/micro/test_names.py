@@ -8,14 +8,14 @@ from pathlib import Path
 import torch
 
 from fleetrl.config import HarnessSection
-from fleetrl.envs.git import git
-from fleetrl.envs.harness import run_episode
+from fleetrl.envs.harness.loop import run_episode
 from fleetrl.envs.micro.expert import Expert
 from fleetrl.envs.micro.names import renamed_copy
 from fleetrl.envs.sandbox import open_sandbox
-from fleetrl.envs.suites import load_tasks
+from fleetrl.envs.tasks.git import git
+from fleetrl.envs.tasks.suites import load_tasks
+from fleetrl.envs.tasks.workspace import ensure_repo
 from fleetrl.envs.verifier import sandbox_changes, verify
-from fleetrl.envs.workspace import ensure_repo
 from fleetrl.model.tokenizer import bundled_tokenizer
 from fleetrl.types import SamplingParams
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fleetrl.envs.git import apply_patch
 from fleetrl.envs.micro import suite as micro
-from fleetrl.envs.suites import load_tasks
-from fleetrl.envs.testrun import run_pytest
-from fleetrl.envs.workspace import checkout
+from fleetrl.envs.tasks.git import apply_patch
+from fleetrl.envs.tasks.suites import load_tasks
+from fleetrl.envs.tasks.testrun import run_pytest
+from fleetrl.envs.tasks.workspace import checkout
 from fleetrl.types import Task
 
 
@@ -87,70 +87,6 @@ def _assert_gold_fixes(tasks: list[Task], root: Path) -> None:
         for node in task.PASS_TO_PASS:
             assert before.outcomes[f"{task.instance_id}/{node}"] == "passed"
     assert len(after.outcomes) == 3 * len(tasks) and set(after.outcomes.values()) == {"passed"}
-
-
-def test_fresh_train_tasks_draw_evaluation_symbols_and_check_out(
-    suite: list[Task], tmp_path: Path
-) -> None:
-    """Tasks beyond the suite (the positive control's): filed as train, seeded, function
-    names unused by the suite, repositories at their base commit (checked as they are
-    written), gold patches passing real pytest."""
-    fresh = micro.fresh_train_tasks(8, "val", "test-seed", "extra", tmp_path / "repos")
-    assert [t.instance_id for t in fresh] == [f"extra-{i:04d}" for i in range(8)]
-    assert {t.split for t in fresh} == {"train"}
-    suite_modules = {f for t in suite for f in t.test_files}
-    for task in fresh:
-        assert task.test_files[0] not in suite_modules
-        workspace = checkout(task, tmp_path / "work" / task.instance_id)
-        apply_patch(workspace, task.test_patch)
-        apply_patch(workspace, task.patch)
-    done = run_pytest(tmp_path / "work", timeout=120)
-    assert done.ran and len(done.outcomes) == 8 * 3, done.output
-    assert set(done.outcomes.values()) == {"passed"}
-    again = micro.fresh_train_tasks(8, "val", "test-seed", "extra", tmp_path / "again")
-    assert [t.patch for t in again] == [t.patch for t in fresh]  # seeded
-
-
-def test_fresh_shape_tasks_cycle_the_bug_kinds_and_check_out(
-    suite: list[Task], tmp_path: Path
-) -> None:
-    """Tasks of random function shapes: every bug kind in turn, shapes the suite does not
-    have and no two tasks share, unseen ones for evaluation, and real pytest failing
-    FAIL_TO_PASS before the gold patch and passing every test after it."""
-    fresh = micro.fresh_shape_tasks(16, "test-seed", "shape", tmp_path / "repos")
-    assert {t.split for t in fresh} == {"train"}
-    assert [t.kind for t in fresh[:8]] == list(micro.shapes.BUG_KINDS)
-    assert not {t.origin for t in fresh} & {t.origin for t in suite}
-    assert len({t.origin for t in fresh}) == len(fresh)
-    unseen = micro.fresh_shape_tasks(
-        8, "test-seed", "unseen", tmp_path / "repos", "heldout-shapes",
-        avoid=frozenset(t.origin for t in fresh),
-    )  # fmt: skip
-    assert {t.split for t in unseen} == {"heldout-shapes"}
-    assert not {t.origin for t in unseen} & {t.origin for t in fresh}
-    _assert_gold_fixes(fresh + unseen, tmp_path / "work")
-
-
-def test_fresh_shape_tasks_drawn_like_evaluation_are_filed_as_train(tmp_path: Path) -> None:
-    """`draw_as` draws a product's train shapes with the evaluation symbols: the same
-    functions, tests and fixes as tasks filed under that split, filed as train."""
-    filed = micro.fresh_shape_tasks(4, "test-seed", "p", tmp_path / "a", "heldout-shapes")
-    drawn = micro.fresh_shape_tasks(4, "test-seed", "p", tmp_path / "b", draw_as="heldout-shapes")
-    assert {t.split for t in drawn} == {"train"}
-    assert [(t.patch, t.test_patch) for t in drawn] == [(t.patch, t.test_patch) for t in filed]
-    plain = micro.fresh_shape_tasks(4, "test-seed", "p", tmp_path / "c")
-    assert [t.patch for t in plain] != [t.patch for t in drawn]
-
-
-def test_fresh_shape_tasks_with_open_lines_check_out(tmp_path: Path) -> None:
-    """Shapes whose lines are opened by random sub-expressions still make tasks whose
-    gold patch real pytest accepts, and most are other functions than the plain draw (a
-    shape with no int-valued name in an expression line stays as it is)."""
-    opened = micro.fresh_shape_tasks(8, "test-seed", "o", tmp_path / "a", open_lines=1.0)
-    plain = micro.fresh_shape_tasks(8, "test-seed", "o", tmp_path / "b")
-    assert [t.kind for t in opened] == list(micro.shapes.BUG_KINDS)
-    assert len({t.origin for t in opened} & {t.origin for t in plain}) <= 2
-    _assert_gold_fixes(opened, tmp_path / "work")
 
 
 def test_product_suite_trains_in_the_evaluation_conventions_and_checks_out(

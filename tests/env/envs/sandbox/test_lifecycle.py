@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
+from fleetrl.bench.sandbox import run_sandbox_bench
 from fleetrl.envs.sandbox import Sandbox, SandboxPool, cleanup_stale, open_sandbox
-from fleetrl.envs.sandbox.bench import run_sandbox_bench
 from fleetrl.envs.sandbox.cgroups import cgroup_parents
 from fleetrl.envs.sandbox.mounts import sandbox_root
 

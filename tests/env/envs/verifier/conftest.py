@@ -3,10 +3,10 @@ of it, and an empty outcome cache for every test (each grades for real)."""
 
 import pytest
 
-from fleetrl.envs.suites import get_task
+from fleetrl.envs.tasks.suites import get_task
+from fleetrl.envs.tasks.workspace import checkout
 from fleetrl.envs.verifier import OutcomeCache
 from fleetrl.envs.verifier import cache as verifier_cache
-from fleetrl.envs.workspace import checkout
 from tests.env.envs.verifier.nkims_task import TASK_ID
 
 

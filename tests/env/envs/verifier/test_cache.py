@@ -4,9 +4,9 @@ tests/unit/envs/verifier/test_cache.py."""
 
 from concurrent.futures import ThreadPoolExecutor
 
-from fleetrl.envs.git import apply_patch
+from fleetrl.envs.tasks.git import apply_patch
+from fleetrl.envs.tasks.workspace import ensure_repo
 from fleetrl.envs.verifier import verify, verify_workspace, workspace_changes
-from fleetrl.envs.workspace import ensure_repo
 from tests.env.envs.verifier.nkims_task import append, module_path
 
 

@@ -4,11 +4,11 @@ never an exception, and nothing is followed or applied that should not be."""
 
 import os
 
-from fleetrl.envs.git import apply_patch
 from fleetrl.envs.sandbox import open_sandbox
+from fleetrl.envs.tasks.git import apply_patch
+from fleetrl.envs.tasks.workspace import ensure_repo
 from fleetrl.envs.verifier import sandbox_changes, verify, workspace_changes
 from fleetrl.envs.verifier.changes import MAX_FILE_BYTES
-from fleetrl.envs.workspace import ensure_repo
 
 
 def test_verify_from_a_live_sandbox(task):

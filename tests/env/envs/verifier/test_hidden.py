@@ -1,7 +1,7 @@
 """The hidden tests' places: a folder where a hidden test goes, or a package named like a
 hidden test module, is never applied, and the hidden tests still run."""
 
-from fleetrl.envs.git import apply_patch
+from fleetrl.envs.tasks.git import apply_patch
 from fleetrl.envs.verifier import verify_workspace
 
 

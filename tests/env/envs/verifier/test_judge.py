@@ -2,7 +2,7 @@
 the runner reports, never scores 1; an honest fork is no tampering. Each contradiction the
 host catches is unit-tested in tests/unit/envs/verifier/test_judge.py."""
 
-from fleetrl.envs.git import apply_patch
+from fleetrl.envs.tasks.git import apply_patch
 from fleetrl.envs.verifier import verify_workspace
 from tests.env.envs.verifier.nkims_task import append, module_path
 

@@ -4,7 +4,7 @@ machinery."""
 
 import pytest
 
-from fleetrl.envs.git import apply_patch
+from fleetrl.envs.tasks.git import apply_patch
 from fleetrl.envs.verifier import verify_workspace
 from tests.env.envs.verifier.nkims_task import append, module_path
 

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from fleetrl.envs.git import apply_patch
-from fleetrl.envs.suites import load_tasks
-from fleetrl.envs.testrun import run_pytest
+from fleetrl.envs.tasks.git import apply_patch
+from fleetrl.envs.tasks.suites import load_tasks
+from fleetrl.envs.tasks.testrun import run_pytest
+from fleetrl.envs.tasks.workspace import checkout, ensure_repo
 from fleetrl.envs.verifier import verdict, verify, verify_workspace, workspace_changes
-from fleetrl.envs.workspace import checkout, ensure_repo
 from tests.env.envs.verifier.nkims_task import TASK_ID, append, module_path
 
 

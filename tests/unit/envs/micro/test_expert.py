@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from fleetrl.config import HarnessSection
-from fleetrl.envs.harness import task_prompt
+from fleetrl.envs.harness.loop import task_prompt
 from fleetrl.envs.micro.expert import (
     Expert,
     check_command,
@@ -19,7 +19,7 @@ from fleetrl.envs.micro.expert import (
     wrong_fix,
 )
 from fleetrl.envs.micro.gold import gold_change
-from fleetrl.envs.suites import load_tasks
+from fleetrl.envs.tasks.suites import load_tasks
 from fleetrl.model.chat import encode_chat
 from fleetrl.model.tokenizer import bundled_tokenizer
 from fleetrl.types import SamplingParams

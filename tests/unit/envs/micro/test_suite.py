@@ -16,8 +16,8 @@ import pytest
 
 from fleetrl.envs.micro import suite as micro
 from fleetrl.envs.micro.templates import TEMPLATES, UNSEEN_TEMPLATES, Template
-from fleetrl.envs.mutations import KINDS
-from fleetrl.envs.suites import load_tasks
+from fleetrl.envs.tasks.mutations import KINDS
+from fleetrl.envs.tasks.suites import load_tasks
 from fleetrl.types import Task
 
 # sha256 of the suite's records (repo paths left out). Any change to the suite changes

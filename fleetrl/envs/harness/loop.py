@@ -1,0 +1,305 @@
+"""The agent loop: the model works on a task in a sandbox through tools, turn by turn.
+
+    system + task ─▶ generate ─▶ parse tool calls ─▶ run them in the sandbox ─┐
+          ▲                                                                    │
+          └──────────── append results (masked out of the loss) ◀──────────────┘
+    until `finish`, a reply without a tool call, or a budget (turns, tokens, context, time)
+
+`run_episode` drives a token-level policy (the Engine, or anything with its `generate`):
+token in, token out. The trajectory holds the exact ids the policy sampled with their
+logprobs, versions, MoE routing and sampling temperature; prompt and tool-result tokens
+are in the same sequence with loss_mask 0. Nothing is re-tokenised: tool results are
+appended with `encode_continuation`, never by re-rendering the model's own reply.
+
+`run_episode_openai` drives any OpenAI-compatible chat endpoint (for evaluation of models
+served elsewhere); it runs the same tools but records no tokens.
+
+The reward is not computed here: the verifier grades the sandbox afterwards
+(`fleetrl.envs.verifier`). Not covered yet: self-summarisation when the context is full
+(the episode ends with "context_full").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import random
+import time
+import uuid
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+import httpx
+
+from fleetrl.config import HarnessSection
+from fleetrl.envs.harness.tools import TOOL_SPECS, ToolOutcome, execute
+from fleetrl.envs.sandbox import Sandbox
+from fleetrl.model.chat import Message, ToolCall, encode_chat, encode_continuation, parse_reply
+from fleetrl.model.tokenizer import Tokenizer
+from fleetrl.types import Completion, SamplingParams, Segment, Task, Trajectory
+
+
+class TokenPolicy(Protocol):
+    """What the harness samples from; `fleetrl.inference.Engine` is one."""
+
+    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> Completion: ...
+
+
+@dataclass
+class ToolRecord:
+    """One executed tool call, for the verifier's anti-cheat checks and for debugging."""
+
+    turn: int  # 1-based assistant turn that made the call
+    name: str
+    arguments: dict[str, Any]
+    error: bool  # the call was at fault (see ToolOutcome)
+    output: str  # the text the model was shown (truncated)
+
+
+@dataclass
+class Episode:
+    """What an episode leaves behind besides the sandbox's files."""
+
+    trajectory: Trajectory  # reward still 0.0: grading happens after
+    tool_log: list[ToolRecord]  # every call, malformed ones included, in order
+
+
+def task_prompt(task: Task, config: HarnessSection) -> list[Message]:
+    """The opening messages of an episode on `task`."""
+    messages = [Message("system", config.system_prompt)] if config.system_prompt else []
+    text = config.task_template.format(problem_statement=task.problem_statement)
+    return [*messages, Message("user", text)]
+
+
+def neutralise_specials(text: str, tokenizer: Tokenizer) -> str:
+    """Break special-token strings inside tool output (a file may contain `<|im_end|>`), so
+    tool results can never inject control tokens into the context."""
+    for token_id in tokenizer.special_ids:
+        special = tokenizer.id_to_token(token_id)
+        if special and special in text:
+            text = text.replace(special, special[0] + "\u200b" + special[1:])
+    return text
+
+
+class _SegmentBuilder:
+    """Accumulates one context window's ids with their per-position annotations."""
+
+    def __init__(self, prompt_ids: list[int], temperature: float) -> None:
+        self.segment = Segment(
+            token_ids=list(prompt_ids),
+            loss_mask=[0] * len(prompt_ids),
+            logprobs=[0.0] * len(prompt_ids),
+            versions=[-1] * len(prompt_ids),
+            temperature=temperature,
+        )
+        self.fed = len(prompt_ids)  # positions the policy has processed
+
+    def add_prompt(self, ids: list[int]) -> None:
+        seg = self.segment
+        seg.token_ids += ids
+        seg.loss_mask += [0] * len(ids)
+        seg.logprobs += [0.0] * len(ids)
+        seg.versions += [-1] * len(ids)
+
+    def add_completion(self, completion: Completion) -> None:
+        seg = self.segment
+        seg.token_ids += completion.token_ids
+        seg.loss_mask += [1] * len(completion.token_ids)
+        seg.logprobs += completion.logprobs
+        seg.versions += completion.versions
+        self.fed = len(seg.token_ids)
+        if completion.routed_experts is not None and completion.prompt_routed_experts is not None:
+            # The latest prefill routed every earlier position again: keep the newest routing.
+            seg.routed_experts = completion.prompt_routed_experts + completion.routed_experts
+
+    def finish(self) -> Segment:
+        """The segment without trailing results the policy never read (no routing, no loss)."""
+        seg = self.segment
+        for name in ("token_ids", "loss_mask", "logprobs", "versions"):
+            setattr(seg, name, getattr(seg, name)[: self.fed])
+        return seg
+
+
+def environment_latency(mean_s: float) -> float:
+    """A long-tailed wait (log-normal, sigma 1) with mean `mean_s` seconds."""
+    return random.lognormvariate(math.log(mean_s) - 0.5, 1.0)
+
+
+async def run_tool_calls(
+    sandbox: Sandbox,
+    calls: list[ToolCall],
+    turn: int,
+    limits: HarnessSection,
+    log: list[ToolRecord],
+) -> tuple[list[ToolOutcome], bool]:
+    """Run one turn's calls in order; stop at `finish`. Returns outcomes and whether finished."""
+    outcomes = []
+    for call in calls:
+        outcome = await asyncio.to_thread(execute, sandbox, call, limits)
+        log.append(ToolRecord(turn, call.name, call.arguments, outcome.error, outcome.text))
+        if outcome.finished:
+            return outcomes, True
+        outcomes.append(outcome)
+    return outcomes, False
+
+
+async def run_episode(
+    policy: TokenPolicy,
+    tokenizer: Tokenizer,
+    sandbox: Sandbox,
+    task: Task,
+    config: HarnessSection,
+    sampling: SamplingParams,
+    group_id: str = "",
+    env_latency_s: float = 0.0,
+) -> Episode:
+    """Let the policy work on `task` in `sandbox` until it finishes or a budget runs out.
+
+    `sampling` sets temperature and seed (each reply samples with a seed of its own drawn
+    from it, so a seeded episode repeats; the harness sets each reply's token budget and
+    stop token); `env_latency_s` (benchmarks only) waits after each turn's tools, log-normal
+    with this mean (p99 ~10x the median), like slow test suites and remote tools."""
+    start = time.monotonic()
+    tools = TOOL_SPECS if config.describe_tools else None
+    prompt_ids = encode_chat(tokenizer, task_prompt(task, config), tools)
+    builder = _SegmentBuilder(prompt_ids, sampling.temperature)
+    log: list[ToolRecord] = []
+    turns = sampled = tool_errors = 0
+    reason = "max_turns"
+    while turns < config.max_turns:
+        if time.monotonic() - start > config.wall_s:
+            reason = "wall_time"
+            break
+        context = len(builder.segment.token_ids)
+        budget = min(
+            config.max_reply_tokens, config.max_tokens - sampled, config.max_context - context
+        )
+        if budget < 1:
+            reason = "max_tokens" if sampled >= config.max_tokens else "context_full"
+            break
+        params = replace(
+            sampling.reseeded(turns), max_tokens=budget, stop_token_ids=[tokenizer.eos_id]
+        )
+        completion = await policy.generate(builder.segment.token_ids, params)
+        builder.add_completion(completion)
+        turns += 1
+        sampled += len(completion.token_ids)
+        if completion.finish_reason != "stop":  # cut off mid-reply: nothing reliable to run
+            reason = "max_tokens"
+            break
+        reply = parse_reply(tokenizer.decode(completion.token_ids))
+        if not reply.tool_calls and not reply.errors:
+            reason = "no_tool_call"
+            break
+        outcomes, finished = await run_tool_calls(sandbox, reply.tool_calls, turns, config, log)
+        tool_errors += len(reply.errors) + sum(o.error for o in outcomes)
+        if env_latency_s > 0:
+            await asyncio.sleep(environment_latency(env_latency_s))
+        if finished:
+            reason = "finish"
+            break
+        results = [f"error: {e}" for e in reply.errors] + [o.text for o in outcomes]
+        messages = [Message("tool", neutralise_specials(r, tokenizer)) for r in results]
+        builder.add_prompt(encode_continuation(tokenizer, messages))
+    trajectory = Trajectory(
+        task_id=task.instance_id,
+        segments=[builder.finish()],
+        reward=0.0,
+        finish_reason=reason,
+        turns=turns,
+        tool_calls=len(log),
+        tool_errors=tool_errors,
+        duration_s=time.monotonic() - start,
+        failed_edits=sum(r.error for r in log if r.name == "edit_file"),
+        group_id=group_id,
+    )
+    return Episode(trajectory, log)
+
+
+def _openai_call(raw: dict[str, Any]) -> ToolCall | str:
+    """A ToolCall from an OpenAI `tool_calls` entry, or an error message for the model."""
+    function = raw.get("function") or {}
+    name = function.get("name")
+    try:
+        arguments = json.loads(function.get("arguments") or "{}")
+    except json.JSONDecodeError as err:
+        return f"tool call {name!r}: arguments are not valid JSON: {err}"
+    if not isinstance(name, str) or not isinstance(arguments, dict):
+        return f"tool call {name!r}: needs a name and an arguments object"
+    return ToolCall(name, arguments)
+
+
+async def run_episode_openai(
+    base_url: str,
+    model: str,
+    sandbox: Sandbox,
+    task: Task,
+    config: HarnessSection,
+    temperature: float = 1.0,
+    api_key: str = "unused",
+) -> Episode:
+    """The same loop over an OpenAI-compatible chat endpoint (evaluation; no token record)."""
+    start = time.monotonic()
+    messages: list[dict[str, Any]] = [
+        {"role": m.role, "content": m.content} for m in task_prompt(task, config)
+    ]
+    tools = [{"type": "function", "function": spec} for spec in TOOL_SPECS]
+    log: list[ToolRecord] = []
+    turns = tool_errors = 0
+    reason = "max_turns"
+    headers = {"Authorization": f"Bearer {api_key}"}
+    async with httpx.AsyncClient(base_url=base_url, headers=headers, timeout=config.wall_s) as http:
+        while turns < config.max_turns:
+            if time.monotonic() - start > config.wall_s:
+                reason = "wall_time"
+                break
+            body = {
+                "model": model,
+                "messages": messages,
+                "tools": tools,
+                "max_tokens": config.max_reply_tokens,
+                "temperature": temperature,
+            }
+            response = await http.post("/chat/completions", json=body)
+            response.raise_for_status()
+            message = response.json()["choices"][0]["message"]
+            turns += 1
+            raw_calls = message.get("tool_calls") or []
+            messages.append(
+                {"role": "assistant", "content": message.get("content"), "tool_calls": raw_calls}
+                if raw_calls
+                else {"role": "assistant", "content": message.get("content") or ""}
+            )
+            if not raw_calls:
+                reason = "no_tool_call"
+                break
+            parsed = [_openai_call(raw) for raw in raw_calls]
+            finished = False
+            for raw, call in zip(raw_calls, parsed, strict=True):
+                if isinstance(call, str):
+                    tool_errors += 1
+                    text = f"error: {call}"
+                else:
+                    outcomes, finished = await run_tool_calls(sandbox, [call], turns, config, log)
+                    if finished:
+                        break
+                    tool_errors += outcomes[0].error
+                    text = outcomes[0].text
+                call_id = raw.get("id") or f"call_{uuid.uuid4().hex[:8]}"
+                messages.append({"role": "tool", "tool_call_id": call_id, "content": text})
+            if finished:
+                reason = "finish"
+                break
+    trajectory = Trajectory(
+        task_id=task.instance_id,
+        segments=[],
+        reward=0.0,
+        finish_reason=reason,
+        turns=turns,
+        tool_calls=len(log),
+        tool_errors=tool_errors,
+        duration_s=time.monotonic() - start,
+        failed_edits=sum(r.error for r in log if r.name == "edit_file"),
+    )
+    return Episode(trajectory, log)
