@@ -10,7 +10,7 @@ every template letter from HELDOUT_LETTERS: the symbols only evaluation tasks us
 bundled suite), and the bundled `val`, `heldout` and `heldout-templates` tasks unchanged.
 The new tasks' repositories are written under DIR/repos. With it, RL and SFT-more both
 train on tasks that ask for the evaluation symbols (instances stay unseen), so the bench
-tells whether the ceiling of `docs/benchmarks.md` is the split's or the trainer's.
+tells whether the ceiling of `docs/log/2026-12-01-ceiling.md` is the split's or the trainer's.
 At the default size these are the train tasks of the bundled `product` suite (the same
 draw, ids `control-train-*` here and `product-train-*` there): `--set tasks.suite=product`
 needs no folder.

@@ -10,9 +10,9 @@ that `fleetrl sft --init` continues.
     python scripts/pretrain_code.py OUT          # ~30 min on 2 cores with AVX512-BF16
     fleetrl sft STAGE1 --init OUT --steps 700 --batch-size 16 --lr 1.5e-3 --warmup 30
 
-The defaults are the run of docs/benchmarks.md: 2,600 steps of 16 rows of 512 tokens, one
-pass over 22 M tokens, cosine from 1.5e-3 to 1.5e-4. `--max-seconds` stops early (the
-schedule does not shrink with it).
+The defaults are the run of docs/log/2026-12-04-s32-pretraining-on-code.md: 2,600 steps
+of 16 rows of 512 tokens, one pass over 22 M tokens, cosine from 1.5e-3 to 1.5e-4.
+`--max-seconds` stops early (the schedule does not shrink with it).
 
 fleetrl's own sources are never read (they hold the task templates, the unseen ones too),
 and neither are tests. The files are shuffled with the seed; the last `--val-files` of them

@@ -6,10 +6,11 @@
         ─▶ fleetrl.trainer.sft.train_sft with every token a target
 
 A model trained only on demonstrations of twenty function templates learns their lines by
-heart; read code first, it fits them far faster and generalises further (docs/benchmarks.md,
-"Pretraining on the machine's Python"). No hub is needed: the corpus is what this machine
-has installed. fleetrl's own sources are never read, since they hold the task templates
-(the unseen ones of `heldout-templates` too). `scripts/pretrain_code.py` is the command.
+heart; read code first, it fits them far faster and generalises further
+(docs/log/2026-12-04-s32-pretraining-on-code.md, "Pretraining on the machine's Python").
+No hub is needed: the corpus is what this machine has installed. fleetrl's own sources are
+never read, since they hold the task templates (the unseen ones of `heldout-templates` too).
+`scripts/pretrain_code.py` is the command.
 """
 
 from __future__ import annotations
