@@ -94,14 +94,14 @@ def trainer_command(store: StoreOption = "", workdir: WorkdirOption = None) -> N
     from fleetrl.store.objectstore import StoreUnreachable
 
     try:
-        config, folder = start_trainer(store, workdir)
+        started = start_trainer(store, workdir)
     except StoreUnreachable as err:  # an outage, perhaps: a restart may find the store
         raise lost_store(err) from None
     except START_ERRORS as err:
         raise fail(str(err)) from None
     try:
-        code = train(config, folder)
-    except ConfigError as err:  # a config the trainer refuses (e.g. greedy sampling)
+        code = train(started)
+    except ConfigError as err:  # a setting the run itself refuses: one line too
         raise fail(str(err)) from None
     except StoreUnreachable as err:
         raise lost_store(err) from None
@@ -158,13 +158,13 @@ def region_command(
     link = link_mbps * 1e6 / 8 if link_mbps is not None else None
     try:
         overrides = parse_overrides(set_ or [])
-        config, folder = start_region(store, name, workdir, regional_store, overrides)
+        started = start_region(store, name, workdir, regional_store, overrides)
     except StoreUnreachable as err:
         raise lost_store(err) from None
     except START_ERRORS as err:
         raise fail(str(err)) from None
     try:
-        code = roll_out(config, folder, name, regional_store, link)
+        code = roll_out(started, name, link)
     except ConfigError as err:
         raise fail(str(err)) from None
     except StoreUnreachable as err:
@@ -236,9 +236,30 @@ def report(
     if not (run_dir / "metrics.jsonl").exists() and not (run_dir / "config.toml").exists():
         raise fail(f"{run_dir} is not a run directory (no metrics.jsonl, no config.toml)")
     from fleetrl.observe import write_report
-    from fleetrl.store.region_metrics import read_run_region_metrics
+    from fleetrl.store.region_metrics import read_report_metrics
 
+    url = run_store_url(run_dir)
+    regions = read_report_metrics(url) if url is not None else {}
     try:
-        typer.echo(f"wrote {write_report(run_dir, read_run_region_metrics(run_dir))}")
+        typer.echo(f"wrote {write_report(run_dir, regions)}")
     except ValueError as err:  # a metrics.jsonl line corrupted before its end
         raise fail(str(err)) from None
+
+
+def run_store_url(run_dir: Path) -> str | None:
+    """The store of the run whose work folder is `run_dir`: the one its config.toml names
+    (without one, or with none named, run_dir/store); None, with a warning, when that
+    config.toml is not a valid config."""
+    import logging
+
+    from fleetrl.config import ConfigError, load_config
+    from fleetrl.store.control import store_url
+
+    configured = ""
+    if (run_dir / "config.toml").is_file():
+        try:
+            configured = load_config(run_dir / "config.toml").store.url
+        except ConfigError as err:
+            logging.getLogger(__name__).warning("no region metrics: %s", err)
+            return None
+    return store_url(configured, run_dir)

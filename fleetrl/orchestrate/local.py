@@ -48,7 +48,7 @@ from fleetrl.rollout.evaluate import (
 )
 from fleetrl.store.control import store_url
 from fleetrl.store.objectstore import open_store
-from fleetrl.store.region_metrics import read_run_region_metrics
+from fleetrl.store.region_metrics import read_report_metrics
 from fleetrl.store.run import CONFIG_KEY
 
 # A process is restarted after each crash unless it crashed more than CRASH_LIMIT times
@@ -257,8 +257,9 @@ def prepare_run(config: RunConfig, run_dir: Path) -> str:
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "logs").mkdir(exist_ok=True)
     (run_dir / "config.toml").write_text(dump_config(config))
-    if not open_store(url).exists(CONFIG_KEY):
-        create_run(config, url)
+    store = open_store(url)
+    if not store.exists(CONFIG_KEY):
+        create_run(config, store)
     return url
 
 
@@ -280,5 +281,5 @@ def evaluate_and_report(config: RunConfig, run_dir: Path, progress: bool = True)
                 summary[label] = result.to_json()
                 log.log_record(step, eval_record(result, label))
         (run_dir / "eval.json").write_text(json.dumps(summary, indent=2))
-    write_report(run_dir, read_run_region_metrics(run_dir))
+    write_report(run_dir, read_report_metrics(store_url(config.store.url, run_dir)))
     return summary

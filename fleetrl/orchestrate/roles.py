@@ -15,22 +15,28 @@ exits 0 after the trainer's stop signal. `fleetrl train` starts them the same wa
 Each role is a start-up (`start_trainer`, `start_region`), which checks everything a
 user's mistake can fail (the store URLs, the run and its config, the overrides, the work
 folder) before it copies anything and raises one of START_ERRORS for it, then the run
-itself (`train`, `roll_out`).
+itself (`train`, `roll_out`). The start-up opens each store once and reads and checks the
+run's config once; the run gets them in a `Started`, never a URL to open again:
+
+    start_trainer / start_region ─▶ Started(config, workdir, store, regional)
+                                        ─▶ train ─▶ trainer.loop.run_trainer
+                                        ─▶ roll_out ─▶ rollout.region.run_region
 """
 
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fleetrl.config import ConfigError, RunConfig, check_trainable, parse_config, with_overrides
+from fleetrl.config import ConfigError, RunConfig, check_trainable, with_overrides
 from fleetrl.files import file_in_the_way
-from fleetrl.orchestrate.run import open_run
+from fleetrl.orchestrate.run import open_run, read_run_config
 from fleetrl.store.control import Fenced
 from fleetrl.store.manifest import LATEST_KEY
-from fleetrl.store.objectstore import BadStoreURL, StoreUnreachable, open_store
-from fleetrl.store.run import CONFIG_KEY, RunNotFound, read_config_text
+from fleetrl.store.objectstore import BadStoreURL, ObjectStore, StoreUnreachable, open_store
+from fleetrl.store.run import RunNotFound
 
 FENCED_EXIT = 3  # not a crash: another incarnation runs the trainer now; do not restart
 
@@ -43,17 +49,20 @@ class BadWorkdir(ValueError):
 START_ERRORS = (BadStoreURL, StoreUnreachable, RunNotFound, ConfigError, BadWorkdir)
 
 
+@dataclass(frozen=True)
+class Started:
+    """A role past its start-up: what it hands down to the run itself."""
+
+    config: RunConfig  # the run's, read and checked once, pointing at the copies in workdir
+    workdir: Path  # the process's own work folder, holding those copies
+    store: ObjectStore  # the run's store, opened once
+    regional: ObjectStore | None = None  # a region's own weight store (--regional-store)
+
+
 def default_workdir(name: str, region: str | None = None) -> Path:
     """runs/NAME (the trainer) or runs/NAME/regions/REGION, NAME being the run's name."""
     folder = Path("runs") / name
     return folder / "regions" / region if region else folder
-
-
-def read_run_config(url: str) -> RunConfig:
-    """The configuration stored in the run at `url`, parsed: the first contact with the
-    store, so that a bad URL, an unreachable store, a missing run or an invalid config
-    fails here, before anything is copied."""
-    return parse_config(read_config_text(open_store(url)), f"{url}/{CONFIG_KEY}")
 
 
 def check_workdir(workdir: Path) -> Path:
@@ -66,21 +75,22 @@ def check_workdir(workdir: Path) -> Path:
     return workdir
 
 
-def start_trainer(url: str, workdir: Path | None = None) -> tuple[RunConfig, Path]:
-    """The trainer's start-up: the checks, then the run copied into its work folder
-    (default runs/NAME). Returns the config (pointing at the copies) and the folder."""
-    config = read_run_config(url)
+def start_trainer(url: str, workdir: Path | None = None) -> Started:
+    """The trainer's start-up: the checks (the run's config among them: the trainer refuses
+    one it cannot train), then the run copied into its work folder (default runs/NAME)."""
+    store = open_store(url)
+    config = read_run_config(store)
     check_trainable(config)
     workdir = check_workdir(workdir or default_workdir(config.name))
-    return open_run(url, workdir), workdir
+    return Started(open_run(store, config, workdir), workdir, store)
 
 
-def train(config: RunConfig, workdir: Path) -> int:
+def train(started: Started) -> int:
     """Run a started trainer until its steps are done; the exit code."""
     from fleetrl.trainer.loop import run_trainer
 
     try:
-        run_trainer(config, workdir)
+        run_trainer(started.config, started.workdir, store=started.store)
     except Fenced as err:
         print(f"fleetrl trainer: {err}; exiting", file=sys.stderr)
         return FENCED_EXIT
@@ -89,8 +99,7 @@ def train(config: RunConfig, workdir: Path) -> int:
 
 def trainer_role(url: str, workdir: Path | None = None) -> int:
     """Run the trainer of the run at `url` until its steps are done; the exit code."""
-    config, workdir = start_trainer(url, workdir)
-    return train(config, workdir)
+    return train(start_trainer(url, workdir))
 
 
 def start_region(
@@ -99,33 +108,29 @@ def start_region(
     workdir: Path | None = None,
     regional_store: str | None = None,
     overrides: dict[str, Any] | None = None,
-) -> tuple[RunConfig, Path]:
+) -> Started:
     """Region `name`'s start-up: the checks (the overrides are applied to the stored
-    config once before the copy, to validate them), then the run copied into its work
-    folder (default runs/RUN/regions/NAME). Returns the config with the overrides and
-    the folder."""
+    config before the copy, which validates them), then the run copied into its work
+    folder (default runs/RUN/regions/NAME). The config it hands on has the overrides."""
     others = sorted(set(overrides or {}) - {"rollout"})
     if others:
         raise ConfigError(f"a region may override only rollout.* settings, not {others[0]}.*")
-    config = with_overrides(read_run_config(url), overrides or {})
+    store = open_store(url)
+    config = with_overrides(read_run_config(store), overrides or {})
     workdir = check_workdir(workdir or default_workdir(config.name, name))
-    if regional_store:
+    regional = open_store(regional_store) if regional_store else None
+    if regional is not None:
         # One cheap call: a regional store that is unreachable fails now, not after the copy.
-        open_store(regional_store).exists(LATEST_KEY)
-    return with_overrides(open_run(url, workdir), overrides or {}), workdir
+        regional.exists(LATEST_KEY)
+    return Started(open_run(store, config, workdir), workdir, store, regional)
 
 
-def roll_out(
-    config: RunConfig,
-    workdir: Path,
-    name: str,
-    regional_store: str | None = None,
-    link_bytes_per_s: float | None = None,
-) -> int:
+def roll_out(started: Started, name: str, link_bytes_per_s: float | None = None) -> int:
     """Run a started region until the trainer says stop; the exit code."""
     from fleetrl.rollout.region import run_region
 
-    run_region(config, workdir, name, regional_store, link_bytes_per_s)
+    config, workdir, regional = started.config, started.workdir, started.regional
+    run_region(config, workdir, name, regional, link_bytes_per_s, store=started.store)
     return 0
 
 
@@ -141,5 +146,5 @@ def region_role(
     `regional_store`: the region's own weight store, fed once per version by a relay over a
     link of `link_bytes_per_s` (None: unthrottled); `overrides`: this region's own
     `rollout` settings over the run's (nested, e.g. {"rollout": {"env_latency_s": 2.0}})."""
-    config, workdir = start_region(url, name, workdir, regional_store, overrides)
-    return roll_out(config, workdir, name, regional_store, link_bytes_per_s)
+    started = start_region(url, name, workdir, regional_store, overrides)
+    return roll_out(started, name, link_bytes_per_s)

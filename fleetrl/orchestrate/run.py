@@ -18,7 +18,7 @@ import torch
 
 from fleetrl.config import RunConfig, dump_config, parse_config, with_overrides
 from fleetrl.model.checkpoint import load_pretrained, resolve_checkpoint
-from fleetrl.store.objectstore import open_store
+from fleetrl.store.objectstore import ObjectStore, open_store
 from fleetrl.store.run import (
     BASE_PREFIX,
     CONFIG_KEY,
@@ -38,12 +38,13 @@ class RunExists(ValueError):
     """The store already holds a run."""
 
 
-def create_run(config: RunConfig, url: str) -> None:
-    """Write everything a run needs into the store at `url`: the base checkpoint, the task
-    folder and the `tasks.skip_solved` evaluation (if any), the base weights as version 0,
-    then the resolved config (last: the run exists once it is there). Refuses a store that
-    already holds a run."""
-    store = open_store(url)
+def create_run(config: RunConfig, store: ObjectStore | str) -> None:
+    """Write everything a run needs into `store` (opened, or its URL): the base checkpoint,
+    the task folder and the `tasks.skip_solved` evaluation (if any), the base weights as
+    version 0, then the resolved config (last: the run exists once it is there). Refuses a
+    store that already holds a run."""
+    store = open_store(store) if isinstance(store, str) else store
+    url = store.url
     if store.exists(CONFIG_KEY):
         raise RunExists(f"{url} already holds a run ({CONFIG_KEY})")
     base = resolve_checkpoint(config.model.path)
@@ -61,13 +62,18 @@ def create_run(config: RunConfig, url: str) -> None:
     store.put(CONFIG_KEY, dump_config(with_overrides(config, {"store": {"url": url}})).encode())
 
 
-def open_run(url: str, workdir: Path) -> RunConfig:
-    """The run's configuration, its base checkpoint, task folder and `tasks.skip_solved`
-    evaluation copied under `workdir` (the returned config points at those copies, and at
-    the store by `url`)."""
-    store = open_store(url)
-    config = parse_config(read_config_text(store), f"{url}/{CONFIG_KEY}")
-    overrides: dict = {"store": {"url": url}}
+def read_run_config(store: ObjectStore) -> RunConfig:
+    """The configuration stored in the run, parsed: a role's first contact with its store,
+    so that an unreachable store, a missing run or an invalid config fails here, before
+    anything is copied."""
+    return parse_config(read_config_text(store), f"{store.url}/{CONFIG_KEY}")
+
+
+def open_run(store: ObjectStore, config: RunConfig, workdir: Path) -> RunConfig:
+    """The run's base checkpoint, task folder and `tasks.skip_solved` evaluation copied
+    under `workdir`; returns `config` (as `read_run_config` read it) pointing at those
+    copies, and at the store by its URL."""
+    overrides: dict = {"store": {"url": store.url}}
     overrides["model"] = {"path": str(download_folder(store, BASE_PREFIX, workdir / "base"))}
     if store.exists(TASKS_KEY):
         tasks = unpack_folder(store.get(TASKS_KEY), workdir / "tasks")

@@ -43,6 +43,7 @@ from fleetrl.rollout.worker import GroupResult, Rollouts, rollout_engine
 from fleetrl.store.admission import Heartbeat, may_start, read_grants, write_heartbeat
 from fleetrl.store.control import read_progress, stop_signalled, store_url
 from fleetrl.store.follower import WeightFollower
+from fleetrl.store.objectstore import ObjectStore
 from fleetrl.store.region_metrics import (
     GroupDone,
     RegionMetricsWriter,
@@ -64,15 +65,18 @@ class Region:
         config: RunConfig,
         run_dir: Path,
         name: str,
-        regional_store: str | None = None,
+        regional_store: ObjectStore | str | None = None,
         link_bytes_per_s: float | None = None,
+        store: ObjectStore | None = None,
     ) -> None:
         """`regional_store`: the region's own weight store (a bucket in its region); a
         relay copies each version into it once and the engine follows it there, the copy
-        limited to `link_bytes_per_s` when given (a simulated cross-region link)."""
+        limited to `link_bytes_per_s` when given (a simulated cross-region link). `store`:
+        the run's store as the region's start-up opened it (None: opened from
+        `config.store.url`)."""
         self.config = config
         self.name = name
-        self.weights = WeightStore(store_url(config.store.url, run_dir))
+        self.weights = WeightStore(store or store_url(config.store.url, run_dir))
         self.channel = TrajectoryChannel(self.weights.store)
         self.metrics = RegionMetricsWriter(self.weights.store, name)
         self.regional = WeightStore(regional_store) if regional_store else None
@@ -261,8 +265,10 @@ def run_region(
     config: RunConfig,
     run_dir: Path,
     name: str = "region-0",
-    regional_store: str | None = None,
+    regional_store: ObjectStore | str | None = None,
     link_bytes_per_s: float | None = None,
+    store: ObjectStore | None = None,
 ) -> None:
-    """Entry point of a region process."""
-    asyncio.run(Region(config, run_dir, name, regional_store, link_bytes_per_s).run())
+    """Entry point of a region process (the stores as `Region` takes them)."""
+    region = Region(config, run_dir, name, regional_store, link_bytes_per_s, store)
+    asyncio.run(region.run())

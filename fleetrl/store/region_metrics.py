@@ -28,8 +28,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from fleetrl.config import ConfigError, load_config
-from fleetrl.store.control import store_url
 from fleetrl.store.objectstore import BadStoreURL, ObjectNotFound, ObjectStore, open_store
 
 log = logging.getLogger(__name__)
@@ -162,18 +160,10 @@ def read_region_metrics(store: ObjectStore) -> dict[str, list[dict]]:
     return regions
 
 
-def read_run_region_metrics(run_dir: Path, outage_s: float = 10.0) -> dict[str, list[dict]]:
-    """The region metrics of the run whose work folder is `run_dir` (its config.toml names
-    the store; without one, run_dir/store), for the report; empty when there is no store to
-    read. A remote store is given `outage_s` to answer, then skipped with a warning."""
-    configured = ""
-    if (run_dir / "config.toml").is_file():
-        try:
-            configured = load_config(run_dir / "config.toml").store.url
-        except ConfigError as err:
-            log.warning("no region metrics: %s", err)
-            return {}
-    url = store_url(configured, run_dir)
+def read_report_metrics(url: str, outage_s: float = 10.0) -> dict[str, list[dict]]:
+    """The region metrics in the run's store at `url`, for the report; empty when there is
+    no store to read (a local folder that is not there). A remote store is given
+    `outage_s` to answer, then skipped with a warning."""
     if "://" not in url and not Path(url).is_dir():
         return {}
     try:

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from fleetrl.config import RunConfig, check_trainable
+from fleetrl.config import RunConfig
 from fleetrl.model.checkpoint import load_pretrained, resolve_checkpoint, save_pretrained
 from fleetrl.model.tokenizer import Tokenizer
 from fleetrl.observe.metrics import MetricsLogger
@@ -89,10 +89,15 @@ def make_optimizer(
     return torch.optim.AdamW(groups, lr=lr, weight_decay=weight_decay)
 
 
-def run_trainer(config: RunConfig, run_dir: Path, poll_s: float = 0.2) -> TrainerState:
-    """Train for `config.trainer.steps` steps, publishing every version; returns the state."""
+def run_trainer(
+    config: RunConfig, run_dir: Path, poll_s: float = 0.2, store: ObjectStore | None = None
+) -> TrainerState:
+    """Train for `config.trainer.steps` steps, publishing every version; returns the state.
+
+    `config` is one `check_trainable` passed (the trainer's start-up checks it before it
+    copies the run: `orchestrate.roles.start_trainer`); `store`: the run's store as the
+    start-up opened it (None: opened here from `config.store.url`)."""
     tc = config.trainer
-    check_trainable(config)
     torch.set_num_threads(tc.threads)
     torch.manual_seed(tc.seed)
     random.seed(tc.seed)
@@ -105,7 +110,7 @@ def run_trainer(config: RunConfig, run_dir: Path, poll_s: float = 0.2) -> Traine
     options = WeightStoreOptions(
         full_every=config.store.full_every, publish_dtype=config.store.publish_dtype
     )
-    weights = WeightStore(store_url(config.store.url, run_dir), options)
+    weights = WeightStore(store or store_url(config.store.url, run_dir), options)
     state, pending = _resume(weights.store, model, optimizer)
     state.incarnation = claim_incarnation(weights.store)
     _publish_start(weights, model, state)

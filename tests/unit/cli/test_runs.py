@@ -37,6 +37,25 @@ def test_report_writes_html_and_refuses_missing_dirs(tmp_path):
     assert corrupt.exit_code == 2 and "metrics.jsonl:1: not a JSON record" in corrupt.output
 
 
+def test_report_shows_the_regions_of_the_store_the_run_dir_names(tmp_path):
+    from fleetrl.store.region_metrics import GroupDone, RegionMetricsWriter
+
+    run_dir, elsewhere = tmp_path / "run", tmp_path / "elsewhere"
+    run_dir.mkdir()
+    (run_dir / "config.toml").write_text(f'[store]\nurl = "{elsewhere}"\n')
+    writer = RegionMetricsWriter(open_store(str(elsewhere)), "west")
+    writer.append(GroupDone(group_id="west-0", time=1.0, versions=[0], episode_s=[1.0]))
+    writer.flush()
+    result = runner.invoke(app, ["report", str(run_dir)])
+    assert result.exit_code == 0, result.output
+    assert "<th>west</th>" in (run_dir / "report.html").read_text()
+    # A config.toml that is no valid config: the report, without region metrics.
+    (run_dir / "config.toml").write_text("[store]\nbogus = 1\n")
+    invalid = runner.invoke(app, ["report", str(run_dir)])
+    assert invalid.exit_code == 0, invalid.output
+    assert "no region metrics in the store" in (run_dir / "report.html").read_text()
+
+
 def test_status_of_a_missing_store_creates_nothing(tmp_path):
     store = tmp_path / "no-store"
     result = runner.invoke(app, ["status", "--store", str(store)])

@@ -10,7 +10,8 @@ import pytest
 
 from fleetrl.config import RunConfig, with_overrides
 from fleetrl.envs.tasks.suites import training_tasks
-from fleetrl.orchestrate.run import create_run, open_run
+from fleetrl.orchestrate.run import create_run, open_run, read_run_config
+from fleetrl.store.objectstore import open_store
 
 
 @pytest.fixture(autouse=True)
@@ -33,7 +34,8 @@ def test_a_region_elsewhere_leaves_out_the_tasks_skip_solved_names(tmp_path, tin
     create_run(config, url)
     evaluation.unlink()  # the region's machine does not have the creator's file
 
-    joined = open_run(url, tmp_path / "region")
+    store = open_store(url)
+    joined = open_run(store, read_run_config(store), tmp_path / "region")
 
     assert Path(joined.tasks.skip_solved) == tmp_path / "region" / "skip_solved.json"
     kept = [task.instance_id for task in training_tasks(joined.tasks)]

@@ -14,7 +14,7 @@ from fleetrl.store.region_metrics import (
     VersionApplied,
     VersionRelayed,
     read_region_metrics,
-    read_run_region_metrics,
+    read_report_metrics,
 )
 from fleetrl.store.trajectories import TrajectoryChannel
 from fleetrl.store.weights import WeightStore, WeightStoreOptions
@@ -127,8 +127,10 @@ def test_bad_region_names_are_refused(location):
 def test_the_report_shows_each_region(tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    page = write_report(run_dir, read_run_region_metrics(run_dir)).read_text()
+    store = run_dir / "store"
+    page = write_report(run_dir, read_report_metrics(str(store))).read_text()
     assert "no region metrics in the store" in page  # no store at all
+    assert not store.exists()  # and reading made none
     writer = RegionMetricsWriter(WeightStore(str(run_dir / "store")).store, "west")
     writer.append(applied(3))
     writer.append(GroupDone(group_id="west-0", time=1.0, versions=[3], episode_s=[2.0, 4.0]))
@@ -139,7 +141,7 @@ def test_the_report_shows_each_region(tmp_path):
     writer.append(GroupDone(group_id="west-3", time=3.0, versions=[3], episode_s=[1.0, 1.0],
                             rewards=[0.0, 1.0], draws=3, guided=True))  # fmt: skip
     writer.flush()
-    page = write_report(run_dir, read_run_region_metrics(run_dir)).read_text()
+    page = write_report(run_dir, read_report_metrics(str(store))).read_text()
     row = page[page.index("<section id='regions'>") :].split("</section>")[0]
     assert "<th>west</th><td>1 (3)</td>" in row
     # groups sent / dropped, drawn again (then solved), guided, episodes (mean s)
