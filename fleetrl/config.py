@@ -9,6 +9,7 @@ fleetrl, so checking a config is instant.
 
 from __future__ import annotations
 
+import importlib.util
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -336,6 +337,32 @@ class SftSection(_Section):
     """Folder caching the demonstrations (default: the fleetrl cache)."""
 
 
+class ObserveSection(_Section):
+    """Where a run's metrics go besides metrics.jsonl and report.html: the same records
+    (`fleetrl/observe/records.py`), each numeric field a scalar `<kind>/<field>`
+    (`train/reward`, `sync/sync_bytes`, `eval/pass_at_1`) at the record's step. The trainer
+    writes `train` and `sync`, the launcher's end-of-run evaluation `eval`; regions nothing."""
+
+    tensorboard: bool = False
+    """Also write TensorBoard event files to runs/NAME/tensorboard/ (`tensorboard --logdir
+    runs`). Needs the extra: pip install 'fleetrl[tensorboard]'."""
+    wandb: bool = False
+    """Also log to Weights & Biases, offline unless WANDB_MODE is set (files in
+    runs/NAME/wandb/; `wandb sync runs/NAME/wandb/offline-run-*` uploads them). Needs the
+    extra: pip install 'fleetrl[wandb]'."""
+    wandb_project: str = Field("fleetrl", min_length=1)
+    """W&B project of the run; the W&B run is named after the run (`name`)."""
+
+    def check_installed(self) -> None:
+        """Refuse an enabled export whose package is missing, naming the extra."""
+        for knob, module in (("tensorboard", "tensorboard"), ("wandb", "wandb")):
+            if getattr(self, knob) and importlib.util.find_spec(module) is None:
+                raise ConfigError(
+                    f"observe.{knob} = true needs the {module} package: "
+                    f"pip install 'fleetrl[{knob}]' (or set observe.{knob} = false)"
+                )
+
+
 class RunConfig(_Section):
     """The whole tree: `fleetrl train`, `eval`, `sft` and `bench pipeline` all read it."""
 
@@ -350,6 +377,7 @@ class RunConfig(_Section):
     store: StoreSection = Field(default_factory=StoreSection)
     eval: EvalSection = Field(default_factory=EvalSection)
     sft: SftSection = Field(default_factory=SftSection)
+    observe: ObserveSection = Field(default_factory=ObserveSection)
 
     @model_validator(mode="after")
     def _fits_together(self) -> RunConfig:
@@ -374,12 +402,14 @@ class RunConfig(_Section):
 
 
 def check_trainable(config: RunConfig) -> None:
-    """Refuse, before anything starts, a configuration that evaluates but cannot train."""
+    """Refuse, before anything starts, a configuration that evaluates but cannot train
+    (here: the metric exports it asks for need packages this machine lacks)."""
     if config.rollout.temperature == 0:
         raise ConfigError(
             "rollout.temperature: 0 (greedy) is for evaluation; RL trains on sampled "
             "tokens, set it above 0"
         )
+    config.observe.check_installed()
 
 
 def _merge(into: dict[str, Any], overrides: dict[str, Any]) -> None:

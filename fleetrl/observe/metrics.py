@@ -3,7 +3,9 @@
 Role: every process that measures something (trainer, eval) logs a typed record of
 `fleetrl.observe.records` with `MetricsLogger.log_record(step, record)`, or a plain dict with
 `MetricsLogger.log(kind, step, values)`; the report (`fleetrl.observe.report`) and any
-notebook read the file back with `read_metrics`.
+notebook read the file back with `read_metrics`. The same logger hands each record to the
+sinks it was given (TensorBoard, W&B: `fleetrl.observe.export`), so every dashboard shows
+the figures of this file and no other.
 
 Contract:
 - One record per line: `{"kind": …, "step": …, "time": …, "wall": …, <values>}`.
@@ -18,25 +20,28 @@ Contract:
   running is not counted, so `time` measures the run's working time).
 - Not JSON-strict: NaN and infinities are written as `NaN`/`Infinity` (a NaN loss is worth
   seeing); Python's `json` reads them back.
-- If `tensorboard` is installed, scalars are mirrored to `<run>/tensorboard/` as
-  `<kind>/<key>`; without it nothing happens.
+- Sinks get the line as written (numpy/torch values already plain), reduced to its scalars
+  (`scalars`: finite numbers; strings, lists and NaN stay in this file only), after the line
+  is in the file. A sink that raises is dropped with one warning on stderr: this file is
+  the record of truth, and a run does not stop for a dashboard.
 
 Not covered: several processes writing one file (opening cuts a partial last line, which
 could be another writer's line in flight: give each process its own file), network file
-systems, rotation, and W&B/MLflow mirrors.
+systems, rotation, and MLflow.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
+import sys
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from fleetrl.observe.records import Record
 
@@ -45,17 +50,28 @@ RESERVED = ("kind", "step", "time", "wall")
 _TAIL_BLOCK = 1 << 16  # bytes read backwards at a time when looking for the last line
 
 
+class Sink(Protocol):
+    """Where a record's scalars go besides the file (`fleetrl.observe.export`)."""
+
+    def write(self, kind: str, step: int, wall: float, values: dict[str, float]) -> None:
+        """Record `values` (field -> number) of a `kind` record at `step` (the kind's step
+        axis), logged at unix time `wall`; each shows as `<kind>/<field>`."""
+
+    def close(self) -> None:
+        """Flush and release; called once, after the last `write`."""
+
+
 class MetricsLogger:
     """Appends metric records to a `metrics.jsonl` file (see the module docstring).
 
-    Usable as a context manager; `close()` releases the file and the TensorBoard writer.
+    Usable as a context manager; `close()` releases the file and closes the sinks.
     Safe to call `log` from several threads of one process.
     """
 
-    def __init__(self, path: Path, *, tensorboard: bool = True, fsync: bool = False) -> None:
+    def __init__(self, path: Path, *, sinks: Sequence[Sink] = (), fsync: bool = False) -> None:
         """Open `path` for appending (created with its parents if missing).
 
-        `tensorboard=False` disables the TensorBoard mirror even when it is installed;
+        `sinks` receive each record's scalars after it is written (the logger closes them);
         `fsync=True` also forces each line to disk (survives a power loss, costs ~1 ms/line).
         """
         self.path = Path(path)
@@ -66,7 +82,7 @@ class MetricsLogger:
         self._start = time.monotonic()
         # Unbuffered binary append: one write() per record keeps lines whole (see module).
         self._file = open(self.path, "ab", buffering=0)  # noqa: SIM115 (closed in close())
-        self._tb = _tensorboard_writer(self.path.parent / "tensorboard") if tensorboard else None
+        self._sinks = list(sinks)
 
     def log(self, kind: str, step: int, values: dict[str, Value]) -> None:
         """Append one record of `kind` at `step`; `values` must not use the reserved keys."""
@@ -81,8 +97,8 @@ class MetricsLogger:
             self._file.write(line.encode())
             if self._fsync:
                 os.fsync(self._file.fileno())
-            if self._tb is not None:
-                _mirror(self._tb, json.loads(line))  # decoded: numpy/torch values are plain now
+            if self._sinks:
+                self._export(json.loads(line))  # decoded: numpy/torch values are plain now
 
     def log_record(self, step: int, record: Record) -> None:
         """Append `record` under its kind at `step`: the fields as keys, None ones left out
@@ -91,12 +107,24 @@ class MetricsLogger:
         self.log(record.kind, step, values)
 
     def close(self) -> None:
-        """Close the file and the TensorBoard writer (idempotent)."""
+        """Close the file and the sinks (idempotent)."""
         with self._lock:
             self._file.close()
-            if self._tb is not None:
-                self._tb.close()
-                self._tb = None
+            sinks, self._sinks = self._sinks, []
+            for sink in sinks:
+                try:
+                    sink.close()
+                except Exception as err:
+                    _warn(sink, "closing", err)
+
+    def _export(self, record: dict[str, Any]) -> None:
+        values = scalars(record)
+        for sink in list(self._sinks):
+            try:
+                sink.write(record["kind"], record["step"], record["wall"], values)
+            except Exception as err:
+                self._sinks.remove(sink)
+                _warn(sink, "writing", err)
 
     def __enter__(self) -> MetricsLogger:
         return self
@@ -158,22 +186,23 @@ def _to_builtin(value: Any) -> Any:
     raise TypeError(f"metric value of type {type(value).__name__} is not JSON-serialisable")
 
 
-def _tensorboard_writer(log_dir: Path) -> Any:
-    """A `SummaryWriter` on `log_dir` if tensorboard is installed, else None."""
-    # find_spec first: importing torch.utils.tensorboard without tensorboard costs a torch import.
-    if importlib.util.find_spec("tensorboard") is None:
-        return None
-    try:
-        from torch.utils.tensorboard import SummaryWriter
-    except ImportError:
-        return None
-    return SummaryWriter(log_dir=str(log_dir))
+def scalars(record: dict[str, Any]) -> dict[str, float]:
+    """A decoded record's finite numeric values, by key (the header left out): what the
+    sinks show. Strings and lists (e.g. histograms of counts) have no scalar meaning, and a
+    NaN or infinity is a gap in a chart, so both stay in the file only."""
+    return {
+        key: value
+        for key, value in record.items()
+        if key not in RESERVED
+        and isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+    }
 
 
-def _mirror(writer: Any, record: dict[str, Any]) -> None:
-    """Write a record's finite numeric values to TensorBoard as `<kind>/<key>` scalars."""
-    for key, value in record.items():
-        if key in RESERVED or isinstance(value, bool) or not isinstance(value, int | float):
-            continue  # strings and lists (e.g. histograms of counts) have no scalar meaning
-        if math.isfinite(value):
-            writer.add_scalar(f"{record['kind']}/{key}", value, record["step"], record["wall"])
+def _warn(sink: Sink, doing: str, err: Exception) -> None:
+    print(
+        f"fleetrl: metrics sink {type(sink).__name__} failed {doing} ({err}); "
+        "it is dropped, metrics.jsonl goes on",
+        file=sys.stderr,
+    )

@@ -33,6 +33,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from fleetrl.config import RunConfig, dump_config
 from fleetrl.files import cache_dir, write_whole
 from fleetrl.model.checkpoint import resolve_checkpoint, weights_digest
+from fleetrl.observe.export import open_sinks
 from fleetrl.observe.metrics import MetricsLogger, read_metrics
 from fleetrl.observe.records import EvalRecord
 from fleetrl.observe.report import write_report
@@ -274,7 +275,8 @@ def evaluate_and_report(config: RunConfig, run_dir: Path, progress: bool = True)
         if config.eval.base:
             evaluated.append(("base", 0, resolve_checkpoint(config.model.path), True))
         evaluated.append(("final", config.trainer.steps, run_dir / "final", False))
-        with MetricsLogger(run_dir / "metrics.jsonl") as log:
+        sinks = open_sinks(run_dir, config.observe, config.name, config.model_dump(mode="json"))
+        with MetricsLogger(run_dir / "metrics.jsonl", sinks=sinks) as log:
             for label, step, checkpoint, cache in evaluated:
                 label_bar = f"{label}:" if progress else None
                 result = evaluate(checkpoint, config, cache, label_bar)

@@ -32,6 +32,7 @@ import torch
 from fleetrl.config import RunConfig
 from fleetrl.model.checkpoint import load_pretrained, resolve_checkpoint, save_pretrained
 from fleetrl.model.tokenizer import Tokenizer
+from fleetrl.observe.export import open_sinks
 from fleetrl.observe.metrics import MetricsLogger
 from fleetrl.store.admission import fleet_budget, hand_out
 from fleetrl.store.control import (
@@ -115,7 +116,8 @@ def run_trainer(
     state.incarnation = claim_incarnation(weights.store)
     _publish_start(weights, model, state)
     channel = TrajectoryChannel(weights.store)
-    logger = MetricsLogger(run_dir / "metrics.jsonl")
+    sinks = open_sinks(run_dir, config.observe, config.name, config.model_dump(mode="json"))
+    logger = MetricsLogger(run_dir / "metrics.jsonl", sinks=sinks)
     step_start = time.monotonic()
     while state.step < tc.steps:
         gathered = _gather(channel, weights.store, state, pending, config, poll_s)

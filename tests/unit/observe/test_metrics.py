@@ -1,20 +1,18 @@
-"""MetricsLogger and read_metrics: round trip, crash tolerance, resume, TensorBoard mirror."""
+"""MetricsLogger and read_metrics: round trip, crash tolerance, resume, and the sinks it
+hands each record to (the real TensorBoard and W&B sinks: test_export.py)."""
 
-import importlib.machinery
 import json
-import sys
-import types
 
 import numpy as np
 import pytest
 
-from fleetrl.observe.metrics import MetricsLogger, read_metrics
+from fleetrl.observe.metrics import MetricsLogger, read_metrics, scalars
 from fleetrl.observe.records import EvalRecord, SyncRecord, TrainRecord
 
 
 def test_records_round_trip(tmp_path):
     path = tmp_path / "run" / "metrics.jsonl"
-    with MetricsLogger(path, tensorboard=False) as logger:
+    with MetricsLogger(path) as logger:
         logger.log("train", 1, {"reward": 0.5, "tokens": 12, "note": "ok", "hist": [3.0, 1.0]})
         # numpy scalars and arrays are converted, not rejected.
         logger.log("sync", 2, {"sync_bytes": np.int64(1000), "hist": np.array([1, 2])})
@@ -32,7 +30,7 @@ def test_records_round_trip(tmp_path):
 
 def test_reserved_keys_rejected(tmp_path):
     with (
-        MetricsLogger(tmp_path / "metrics.jsonl", tensorboard=False) as logger,
+        MetricsLogger(tmp_path / "metrics.jsonl") as logger,
         pytest.raises(ValueError, match="reserved"),
     ):
         logger.log("train", 0, {"step": 3})
@@ -40,7 +38,7 @@ def test_reserved_keys_rejected(tmp_path):
 
 def test_truncated_last_line_tolerated(tmp_path):
     path = tmp_path / "metrics.jsonl"
-    with MetricsLogger(path, tensorboard=False) as logger:
+    with MetricsLogger(path) as logger:
         logger.log("train", 0, {"reward": 1.0})
         logger.log("train", 1, {"reward": 0.0})
     with open(path, "a") as f:
@@ -57,13 +55,13 @@ def test_corrupt_middle_line_raises(tmp_path):
 
 def test_resume_continues_time_and_cuts_partial_line(tmp_path):
     path = tmp_path / "metrics.jsonl"
-    with MetricsLogger(path, tensorboard=False) as logger:
+    with MetricsLogger(path) as logger:
         logger.log("train", 0, {"reward": 1.0})
     # Pretend the first process ran for an hour, then crashed mid-line.
     record = json.loads(path.read_text())
     record["time"] = 3600.0
     path.write_text(json.dumps(record) + "\n" + '{"kind": "train", "st')
-    with MetricsLogger(path, tensorboard=False) as logger:
+    with MetricsLogger(path) as logger:
         logger.log("train", 1, {"reward": 0.5})
     lines = path.read_text().splitlines()
     assert len(lines) == 2  # the partial line was cut, not merged with the new record
@@ -75,47 +73,59 @@ def test_resume_continues_time_and_cuts_partial_line(tmp_path):
 def test_resume_of_empty_file(tmp_path):
     path = tmp_path / "metrics.jsonl"
     path.touch()
-    with MetricsLogger(path, tensorboard=False) as logger:
+    with MetricsLogger(path) as logger:
         logger.log("eval", 0, {"pass_at_1": 0.25})
     assert read_metrics(path)[0]["time"] < 60
 
 
-def test_tensorboard_mirror_when_installed(tmp_path, monkeypatch):
-    scalars = []
+class Recording:
+    """A sink that keeps what it is handed (the `Sink` protocol, in memory)."""
 
-    class FakeWriter:
-        def __init__(self, log_dir):
-            self.log_dir = log_dir
+    def __init__(self, fail_on: str | None = None):
+        self.writes, self.closed, self.fail_on = [], 0, fail_on
 
-        def add_scalar(self, tag, value, step, walltime):
-            scalars.append((tag, value, step))
+    def write(self, kind, step, wall, values):
+        if kind == self.fail_on:
+            raise OSError("disk full")
+        self.writes.append((kind, step, wall, values))
 
-        def close(self):
-            scalars.append("closed")
-
-    # Stand-ins for the tensorboard package and torch's wrapper of it.
-    tensorboard = types.ModuleType("tensorboard")
-    tensorboard.__spec__ = importlib.machinery.ModuleSpec("tensorboard", None)
-    wrapper = types.ModuleType("torch.utils.tensorboard")
-    wrapper.SummaryWriter = FakeWriter
-    monkeypatch.setitem(sys.modules, "tensorboard", tensorboard)
-    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", wrapper)
-    with MetricsLogger(tmp_path / "metrics.jsonl") as logger:
-        logger.log("train", 3, {"reward": 0.5, "hist": [1, 2], "note": "x", "loss": float("nan")})
-    # Only finite scalars are mirrored; lists, strings and NaN are not.
-    assert scalars == [("train/reward", 0.5, 3), "closed"]
+    def close(self):
+        self.closed += 1
 
 
-def test_no_tensorboard_is_silent(tmp_path, monkeypatch):
-    monkeypatch.setattr("importlib.util.find_spec", lambda name: None)  # as if not installed
-    with MetricsLogger(tmp_path / "metrics.jsonl") as logger:
-        logger.log("train", 0, {"reward": 1.0})
-    assert not (tmp_path / "tensorboard").exists()
+def test_sinks_get_the_scalars_of_each_line(tmp_path):
+    sink = Recording()
+    path = tmp_path / "metrics.jsonl"
+    with MetricsLogger(path, sinks=[sink]) as logger:
+        values = {"reward": np.float32(0.5), "n": 3, "hist": [1, 2], "note": "x", "ok": True}
+        logger.log("train", 3, values | {"loss": float("nan"), "top": float("inf")})
+        logger.log_record(7, SyncRecord(sync_bytes=1000, full_bytes=5000, unchanged_frac=0.75))
+    train, sync = read_metrics(path)
+    # Finite numbers only, as the file has them; strings, lists, bools, NaN stay in the file.
+    assert sink.writes == [
+        ("train", 3, train["wall"], {"reward": 0.5, "n": 3}),
+        ("sync", 7, sync["wall"], {"sync_bytes": 1000, "full_bytes": 5000, "unchanged_frac": 0.75}),
+    ]
+    assert scalars(train) == {"reward": 0.5, "n": 3}
+    assert sink.closed == 1
+
+
+def test_a_failing_sink_is_dropped_and_the_file_goes_on(tmp_path, capsys):
+    broken, healthy = Recording(fail_on="train"), Recording()
+    path = tmp_path / "metrics.jsonl"
+    with MetricsLogger(path, sinks=[broken, healthy]) as logger:
+        logger.log("train", 1, {"reward": 1.0})
+        logger.log("eval", 1, {"pass_at_1": 0.5})
+    assert [r["kind"] for r in read_metrics(path)] == ["train", "eval"]
+    assert [w[0] for w in healthy.writes] == ["train", "eval"]
+    assert broken.writes == [] and broken.closed == 0  # dropped at its failure, not closed
+    warning = capsys.readouterr().err
+    assert warning.count("\n") == 1 and "Recording failed writing (disk full)" in warning
 
 
 def logged_lines(path, write):
     """The records `write(logger)` logs to `path`, without the clock fields."""
-    with MetricsLogger(path, tensorboard=False) as logger:
+    with MetricsLogger(path) as logger:
         write(logger)
     return [
         [(k, v) for k, v in record.items() if k not in ("time", "wall")]

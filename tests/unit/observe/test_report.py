@@ -18,7 +18,7 @@ def make_run(run_dir, steps=200, seed=0):
     """A synthetic run logged as typed records (every field the report reads), plus config
     and evals; step 1 had no informative group, so it has no step metrics."""
     rng = random.Random(seed)
-    with MetricsLogger(run_dir / "metrics.jsonl", tensorboard=False) as logger:
+    with MetricsLogger(run_dir / "metrics.jsonl") as logger:
         for step in range(1, steps + 1):
             progress = step / steps
             pass_rate = min(1.0, max(0.0, 0.3 + 0.3 * progress + rng.gauss(0, 0.08)))
@@ -115,7 +115,7 @@ def test_full_run_renders_every_section(tmp_path):
 
 def test_partial_run_shows_not_logged(tmp_path):
     run_dir = tmp_path / "partial"
-    with MetricsLogger(run_dir / "metrics.jsonl", tensorboard=False) as logger:
+    with MetricsLogger(run_dir / "metrics.jsonl") as logger:
         for step in range(5):
             logger.log("train", step, {"reward": 0.1 * step, "clip_frac": 0.01})
         logger.log("eval", 4, {"pass_at_1": 0.4})  # no CI: a plain point
@@ -142,10 +142,10 @@ def test_bad_eval_json_is_reported_not_fatal(tmp_path):
 
 
 def test_resumed_steps_supersede_replayed_ones(tmp_path):
-    with MetricsLogger(tmp_path / "metrics.jsonl", tensorboard=False) as logger:
+    with MetricsLogger(tmp_path / "metrics.jsonl") as logger:
         for step in (1, 2, 3, 4):
             logger.log("train", step, {"reward": 0.0})
-    with MetricsLogger(tmp_path / "metrics.jsonl", tensorboard=False) as logger:
+    with MetricsLogger(tmp_path / "metrics.jsonl") as logger:
         for step in (3, 4, 5):  # resumed from the step-2 checkpoint
             logger.log("train", step, {"reward": 1.0})
     page = write_report(tmp_path).read_text()
