@@ -348,7 +348,7 @@ async def _run_lr(config: WeightsBenchConfig, lr: float, bar: Progress) -> dict[
                     **totals.figures(),
                     "manifest_bytes": published.manifest_bytes,
                     "publish_gbps_per_core": full / (published.hash_s + published.encode_s) / 1e9,
-                    "sync_bytes": record.bytes_read,
+                    "sync_bytes": record.bytes,
                     "fetch_s": record.fetch_s,
                     "pause_s": record.pause_s,
                     "decode_step_s": decode_step_s,

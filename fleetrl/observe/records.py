@@ -22,9 +22,9 @@ from typing import ClassVar
 class TrainRecord:
     """One trainer step: the step's own metrics, then the batch's and the loop's.
 
-    The metrics of `train_step` (up to `step_s`) are None when no group of the batch had
-    reward variance, so no optimizer step ran; token statistics are over the tokens the
-    policy sampled.
+    The fields up to `step_s` are those of `train_step`'s `StepStats`, None when no group
+    of the batch had reward variance, so no optimizer step ran; token statistics are over
+    the tokens the policy sampled.
     """
 
     kind: ClassVar[str] = "train"

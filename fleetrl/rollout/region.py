@@ -30,7 +30,6 @@ import contextlib
 import random
 import time
 from collections import Counter
-from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -87,10 +86,10 @@ class Region:
         # Samples handed to the trainer, group_size per group sent even when failures made
         # it smaller: the trainer takes a batch by groups.
         self.submitted = self.started * config.rollout.group_size
-        self.syncs_since_report: list[dict[str, float]] = []
+        self.swaps_since_report: list[VersionApplied] = []  # for the next report
         self.failures_since_report: Counter[str] = Counter()
         self.failed = 0  # episodes that raised, since this process started
-        self.noted = (0, 0)  # follower and relay records already queued as metrics
+        self.noted = (0, 0)  # follower and relay records already taken (note_weights)
 
     def may_admit(self, held: int, in_flight: int, grant: int, trainer_version: int) -> bool:
         """Whether one more group may start now: within this region's grant of the fleet's
@@ -115,21 +114,14 @@ class Region:
         self.metrics.flush()
 
     def note_weights(self, follower: WeightFollower, relay: RegionRelay | None) -> None:
-        """Queue a metrics record for each version applied or relayed since the last call."""
+        """Take the versions applied or relayed since the last call: queue their metrics
+        records, and the versions applied for the next report too."""
         applied, relayed = self.noted
         swaps = follower.records[applied:]
         copies = relay.records[relayed:] if relay else []
         for s in swaps:
-            self.metrics.append(
-                VersionApplied(
-                    version=s.version,
-                    time=s.time,
-                    pause_s=s.pause_s,
-                    fetch_s=s.fetch_s,
-                    bytes=s.bytes_read,
-                    route=s.route,
-                )
-            )
+            self.metrics.append(s)
+        self.swaps_since_report += swaps
         for r in copies:
             self.metrics.append(
                 VersionRelayed(
@@ -169,11 +161,13 @@ class Region:
             relaying = asyncio.create_task(relay.run(stop))
         follower = WeightFollower(self.regional or self.weights, engine, self.name, poll_s=0.2)
         await follower.sync_once()
+        self.note_weights(follower, relay)
+        # The first load is no swap in flight: the trainer's sync figures leave it out.
+        self.swaps_since_report.clear()
         rollouts = Rollouts(engine, tokenizer, harness, rc, episodes, rc.max_concurrent_verify)
         following = asyncio.create_task(follower.run(stop))
         in_flight: set[asyncio.Task[GroupResult]] = set()
         group_ids: dict[asyncio.Task[GroupResult], str] = {}
-        seen_syncs = len(follower.records)
         # The region announces itself once ready, even if the run ended while it loaded.
         await asyncio.to_thread(self.heartbeat, follower.held or 0, 0)
         last_beat, beat_held = time.monotonic(), follower.held or 0
@@ -201,9 +195,7 @@ class Region:
                 done, in_flight = await asyncio.wait(
                     in_flight, timeout=0.5, return_when=asyncio.FIRST_COMPLETED
                 )
-                new_syncs = follower.records[seen_syncs:]
-                seen_syncs = len(follower.records)
-                self.syncs_since_report += [asdict(r) for r in new_syncs]
+                self.note_weights(follower, relay)  # the swaps go with the groups done
                 for finished in done:
                     result = finished.result()
                     self.note_group(group_ids.pop(finished), result)
@@ -249,14 +241,11 @@ class Region:
             self.name,
             held,
             [t.duration_s for t in result.trajectories],
-            [
-                {"pause_s": s["pause_s"], "fetch_s": s["fetch_s"], "bytes": s["bytes_read"]}
-                for s in self.syncs_since_report
-            ],
+            list(self.swaps_since_report),
             dict(self.failures_since_report),
         )
         await asyncio.to_thread(self.channel.append, self.name, result.trajectories, report)
-        self.syncs_since_report = []
+        self.swaps_since_report.clear()
         self.failures_since_report.clear()
         self.submitted += self.config.rollout.group_size
 

@@ -13,7 +13,7 @@
   engine.update_weights(changed tensors, latest)                     │
     │   applied between two decode steps: the only pause            │
     ▼                                                                │
-  record a SyncRecord; heartbeat to the store (gc keeps our deltas) ─┘
+  record a VersionApplied; heartbeat (so the gc keeps our deltas) ──┘
 
 A request in flight keeps its KV cache across the swap; its later tokens carry the new
 version (Completion.versions spans old → new), which the trainer's off-policy correction
@@ -35,6 +35,7 @@ from typing import Protocol
 
 import torch
 
+from fleetrl.store.region_metrics import VersionApplied
 from fleetrl.store.weights import CorruptWeights, FetchResult, Held, WeightStore, WeightStoreError
 
 log = logging.getLogger(__name__)
@@ -50,20 +51,6 @@ class WeightSink(Protocol):
     async def update_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> float:
         """Swap in these tensors (all or some) between two decode steps; the pause in s."""
         ...
-
-
-@dataclass
-class SyncRecord:
-    """One applied version: what it cost to get and to swap in."""
-
-    version: int  # version the engine serves now
-    previous: int | None  # version it served before (None: weights not from this store)
-    route: str  # how the version was rebuilt, e.g. "held 41 + 1 delta"
-    bytes_read: int  # bytes downloaded from the store, manifests included
-    tensors: int  # tensors copied into the engine
-    fetch_s: float  # wall seconds to download, decode and verify (decoding went on)
-    pause_s: float  # seconds decoding stood still for the swap
-    time: float  # unix time the engine began serving `version` (the swap's end)
 
 
 @dataclass
@@ -91,25 +78,23 @@ class WeightFollower:
         self.name = name  # heartbeat name; unique per engine
         self.held = held  # store version the engine's weights are, if known
         self.poll_s = poll_s
-        self.records: list[SyncRecord] = []
+        self.records: list[VersionApplied] = []  # every version applied, oldest first
         self.stats = FollowerStats()
 
-    async def sync_once(self) -> SyncRecord | None:
+    async def sync_once(self) -> VersionApplied | None:
         """Apply the latest version if it is newer than the one held; None when up to date."""
         latest = await asyncio.to_thread(self.store.latest)
         if latest is None or (self.held is not None and latest <= self.held):
             return None
         result = await self._fetch(latest)
         pause = await self.engine.update_weights(result.tensors, latest)
-        record = SyncRecord(
+        record = VersionApplied(
             version=latest,
-            previous=self.held,
-            route=result.route,
-            bytes_read=result.bytes_read,
-            tensors=len(result.tensors),
-            fetch_s=result.fetch_s,
-            pause_s=pause,
             time=time.time(),
+            pause_s=pause,
+            fetch_s=result.fetch_s,
+            bytes=result.bytes_read,
+            route=result.route,
         )
         self.held = latest
         self.records.append(record)

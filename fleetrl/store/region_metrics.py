@@ -38,7 +38,8 @@ SUFFIX = ".jsonl"
 
 @dataclass(frozen=True, kw_only=True)
 class VersionApplied:
-    """One version the engine swapped in."""
+    """One version the engine swapped in: a `WeightFollower`'s record, which the region
+    keeps here and sends to the trainer in its reports (`RegionReport.swaps`)."""
 
     kind: ClassVar[str] = "applied"
     version: int  # the version the engine serves from `time` on

@@ -15,7 +15,7 @@ after the cursor's key: proportional to what is new, not to the run's history. O
 checkpoint covers a cursor, `delete_before(cursor)` removes the groups it read, each
 region's last one excepted: that one carries the region's numbering over a restart.
 
-Alongside the group, a region sends `RegionReport`s (weight syncs, rollout timings) so
+Alongside the group, a region sends `RegionReport`s (weight swaps, rollout timings) so
 that every number the run logs travels through the store too.
 """
 
@@ -24,10 +24,12 @@ from __future__ import annotations
 import json
 import threading
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import zstandard
 
 from fleetrl.store.objectstore import ObjectStore, open_store
+from fleetrl.store.region_metrics import VersionApplied
 from fleetrl.types import Segment, Trajectory
 
 PREFIX = "trajectories/"
@@ -41,10 +43,16 @@ class RegionReport:
     region: str
     policy_version: int  # version the region's engine held when the group finished
     episode_s: list[float] = field(default_factory=list)  # wall time per episode
-    syncs: list[dict[str, float]] = field(default_factory=list)  # weight syncs since last
+    # Versions the engine swapped in since the last report (its first load is not a swap).
+    swaps: list[VersionApplied] = field(default_factory=list)
     # Episodes that failed since the last report (this group's, and those of groups dropped
     # for too few completed episodes), by reason: "ExceptionType: first line of message".
     failed_episodes: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> RegionReport:
+        """A report back from its JSON form (`dataclasses.asdict`)."""
+        return cls(**{**raw, "swaps": [VersionApplied(**s) for s in raw["swaps"]]})
 
 
 @dataclass
@@ -69,7 +77,8 @@ def decode_record(data: bytes) -> GroupRecord:
         Trajectory(**{**t, "segments": [Segment(**s) for s in t["segments"]]})
         for t in raw["trajectories"]
     ]
-    return GroupRecord(raw["region"], raw["seq"], trajectories, RegionReport(**raw["report"]))
+    report = RegionReport.from_dict(raw["report"])
+    return GroupRecord(raw["region"], raw["seq"], trajectories, report)
 
 
 def _key(region: str, seq: int) -> str:

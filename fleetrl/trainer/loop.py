@@ -124,7 +124,7 @@ def run_trainer(
         pending, dropped, filtered, wait_s = gathered
         batch, pending = pending[: tc.groups_per_step], pending[tc.groups_per_step :]
         samples, silent = samples_from_groups([r.trajectories for r in batch], tc.advantage)
-        metrics = train_step(model, optimizer, samples, tc, reference) if samples else {}
+        stats = train_step(model, optimizer, samples, tc, reference) if samples else None
         skipped = filtered + [batch[i] for i in silent]
         trained = [r for i, r in enumerate(batch) if i not in silent]
         consumed = batch + filtered  # the step's groups, for its reward and staleness
@@ -143,7 +143,7 @@ def run_trainer(
         timing = StepTiming(wait_s, publish_s, wall_s)
         counters = RunCounters(state.version, state.dropped_samples, state.skipped_groups)
         books = ledger(state.incarnation, trained, skipped, dropped, pending)
-        record = train_record(consumed, ages, metrics, counters, timing, scale, books)
+        record = train_record(consumed, ages, stats, counters, timing, scale, books)
         logger.log_record(state.step, record)
         logger.log_record(state.version, sync_record(published, consumed))
         if state.step % tc.checkpoint_every == 0 or state.step == tc.steps:

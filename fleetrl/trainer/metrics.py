@@ -3,11 +3,12 @@ trained batch, so the loop only says when to log, and the report reads the same 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from fleetrl.observe.records import SyncRecord, TrainRecord
 from fleetrl.store.trajectories import GroupRecord
 from fleetrl.store.weights import PublishResult
+from fleetrl.trainer.step import StepStats
 
 
 @dataclass
@@ -72,17 +73,17 @@ def histogram(values: list[int]) -> list[int]:
 def train_record(
     consumed: list[GroupRecord],
     ages: list[int],
-    step_metrics: dict[str, float],
+    stats: StepStats | None,
     counters: RunCounters,
     timing: StepTiming,
     output_scale: float,
     books: Ledger,
 ) -> TrainRecord:
-    """The "train" record of one step: `train_step`'s metrics (none when no group had
-    signal), the rewards and staleness (`ages`: per group) of the groups the step consumed
-    (its batch and the groups dynamic sampling skipped, so the reward curve is not
-    flattered by the filter, nor by guided groups' expert episodes), the loop's timing and
-    the step's ledger."""
+    """The "train" record of one step: what `train_step` measured (None when no group had
+    signal: no optimizer step ran), the rewards and staleness (`ages`: per group) of the
+    groups the step consumed (its batch and the groups dynamic sampling skipped, so the
+    reward curve is not flattered by the filter, nor by guided groups' expert episodes),
+    the loop's timing and the step's ledger."""
     trajectories = [t for record in consumed for t in record.trajectories]
     guided = [t for t in trajectories if any(s.guided for s in t.segments)]
     sampled = [t for t in trajectories if not any(s.guided for s in t.segments)]
@@ -90,7 +91,7 @@ def train_record(
     tokens = sum(sum(s.loss_mask) for t in trajectories for s in t.segments)
     sample_ages = [age for age, r in zip(ages, consumed, strict=True) for _ in r.trajectories]
     return TrainRecord(
-        **step_metrics,
+        **(asdict(stats) if stats else {}),
         version=counters.version,
         reward=sum(rewards) / len(rewards),
         pass_rate=sum(r >= 1.0 for r in rewards) / len(rewards),
@@ -99,7 +100,7 @@ def train_record(
         dropped_samples=counters.dropped_samples,
         skipped_groups=counters.skipped_groups,
         wait_s=timing.wait_s,
-        forward_backward_s=step_metrics.get("step_s", 0.0),
+        forward_backward_s=stats.step_s if stats else 0.0,
         publish_s=timing.publish_s,
         samples_per_s=len(trajectories) / timing.wall_s,
         tokens_per_s=tokens / timing.wall_s,
@@ -119,11 +120,11 @@ def train_record(
 def sync_record(published: PublishResult, batch: list[GroupRecord]) -> SyncRecord:
     """The "sync" record of one published version, with the mean weight-swap pause and
     fetch time the regions reported alongside the batch's groups."""
-    syncs = [s for r in batch for s in r.report.syncs]
+    swaps = [s for r in batch for s in r.report.swaps]
     return SyncRecord(
         sync_bytes=published.shipped_bytes,
         full_bytes=published.nbytes,
         unchanged_frac=published.unchanged_frac,
-        sync_pause_ms=1000 * sum(s["pause_s"] for s in syncs) / len(syncs) if syncs else None,
-        sync_fetch_ms=1000 * sum(s["fetch_s"] for s in syncs) / len(syncs) if syncs else None,
+        sync_pause_ms=1000 * sum(s.pause_s for s in swaps) / len(swaps) if swaps else None,
+        sync_fetch_ms=1000 * sum(s.fetch_s for s in swaps) / len(swaps) if swaps else None,
     )

@@ -137,6 +137,29 @@ def token_logprobs(
     return zeros.masked_scatter(at, chosen), zeros.masked_scatter(at, entropy)
 
 
+@dataclass(frozen=True)
+class StepStats:
+    """What one `train_step` measured; the leading fields of the "train" record
+    (`fleetrl.observe.records.TrainRecord`), which takes them by name."""
+
+    mismatch_abs_logprob: float  # nats/token: mean |log π_prox - log μ| (sampled tokens)
+    mismatch_kl_k3: float  # nats/token: k3 estimate of KL(engine μ ‖ π_prox)
+    correction_truncated_frac: float  # fraction: weights cut at the TIS cap
+    correction_masked_frac: float  # fraction: tokens masked by MIS
+    clip_frac: float  # fraction: tokens whose ratio π_θ/π_prox was clipped
+    ratio_mean: float  # mean ratio π_θ/π_prox (1 when config.minibatches = 1)
+    loss_tokens: float  # count: tokens that carried loss after the correction
+    loss: float  # the policy loss: mean over minibatches of each one's loss
+    grad_norm: float  # global gradient norm before clipping, mean over minibatches
+    entropy: float  # nats/token: entropy of the trainer's distribution
+    advantage_mean: float  # mean advantage of the trained segments
+    advantage_abs_mean: float  # mean |advantage|: the signal's strength
+    advantage_std: float  # std of the advantages (0 for one segment)
+    train_tokens: float  # count: sampled tokens trained on
+    train_sequences: float  # count: segments trained on
+    step_s: float  # s: forward, backward and optimizer steps
+
+
 @dataclass
 class MicroBatch:
     """One forward/backward's batch and the logprobs that stay fixed during a step."""
@@ -182,9 +205,9 @@ def train_step(
     samples: list[TrainSample],
     config: TrainerSection,
     reference: Qwen3 | None = None,
-) -> dict[str, float]:
+) -> StepStats:
     """One trainer step over `samples`: `config.minibatches` optimizer steps against one
-    proximal policy (the weights at entry); returns the step's metrics (loss and grad_norm:
+    proximal policy (the weights at entry); returns what it measured (loss and grad_norm:
     means over the minibatches; the rest over every token or sample).
 
     `reference` (a frozen model) is needed when the loss has a KL term (`kl_coef > 0`).
@@ -251,12 +274,13 @@ def train_step(
     model.eval()
     mask_total = sum(sum(s.segment.loss_mask[1:]) for s in samples)
     per_token = max(mask_total, 1)
-    metrics = {
+    means = {
         name: value if name == "loss_tokens" else value / max(totals[name], 1)
         for name, value in weighted.items()
     }
     advantages = torch.tensor([s.advantage for s in samples])
-    metrics.update(
+    return StepStats(
+        **means,
         loss=loss_sum / len(parts),
         grad_norm=grad_norm_sum / len(parts),
         entropy=entropy_sum / per_token,
@@ -267,4 +291,3 @@ def train_step(
         train_sequences=float(len(samples)),
         step_s=time.perf_counter() - start,
     )
-    return metrics

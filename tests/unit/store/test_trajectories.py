@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from fleetrl.store.objectstore import FsspecStore
+from fleetrl.store.region_metrics import VersionApplied
 from fleetrl.store.trajectories import RegionReport, TrajectoryChannel
 from fleetrl.types import Segment, Trajectory
 
@@ -36,14 +37,18 @@ class CountingStore(FsspecStore):
 
 def test_append_and_read_exactly_once(location):
     channel = TrajectoryChannel(location.open())
-    report = RegionReport("a", 3, [0.5, 0.5], [{"pause_s": 0.001, "fetch_s": 0.1, "bytes": 10}])
+    swap = VersionApplied(
+        version=3, time=1.5, pause_s=0.001, fetch_s=0.1, bytes=10, route="held 2 + 1 delta"
+    )
+    report = RegionReport("a", 3, [0.5, 0.5], [swap], {"OSError: x": 1})
     first = channel.append("a", group(1.0), report)
     channel.append("b", group(0.0), RegionReport("b", 3))
     cursor: dict[str, int] = {}
     records = channel.read_new(cursor)
     assert [(r.region, r.seq) for r in records] == [("a", 0), ("b", 0)]
     assert records[0].trajectories == first.trajectories
-    assert records[0].report == report
+    assert records[0].report == report  # typed through the store's JSON: the swaps too
+    assert isinstance(records[0].report.swaps[0], VersionApplied)
     assert channel.read_new(cursor) == []
     channel.append("a", group(0.5), RegionReport("a", 4))
     assert [(r.region, r.seq) for r in channel.read_new(cursor)] == [("a", 1)]

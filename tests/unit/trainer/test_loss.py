@@ -13,6 +13,7 @@ from fleetrl.model.config import ModelConfig
 from fleetrl.trainer.advantages import group_advantages
 from fleetrl.trainer.loss import loss_normalizer, policy_loss
 from fleetrl.trainer.step import (
+    StepStats,
     TrainSample,
     collate,
     minibatches,
@@ -155,8 +156,8 @@ def test_train_step_raises_the_rewarded_answer(moe):
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     config = TrainerSection(micro_batch_size=1, bf16=False)
     metrics = train_step(model, optimizer, samples, config)
-    assert metrics["mismatch_abs_logprob"] < 1e-5
-    assert metrics["train_tokens"] == 6 and metrics["grad_norm"] > 0
+    assert metrics.mismatch_abs_logprob < 1e-5
+    assert metrics.train_tokens == 6 and metrics.grad_norm > 0
     with torch.no_grad():
         after, _ = token_logprobs(model, batch)
     gain = ((after - before) * batch.mask).sum(dim=1)
@@ -173,7 +174,7 @@ def test_train_step_with_kl_needs_and_uses_a_reference():
     with pytest.raises(ValueError, match="reference"):
         train_step(model, optimizer, samples, config)
     metrics = train_step(model, optimizer, samples, config, reference)
-    assert metrics["advantage_abs_mean"] == 0.5 and metrics["grad_norm"] > 0
+    assert metrics.advantage_abs_mean == 0.5 and metrics.grad_norm > 0
 
 
 def test_bf16_train_step_measures_its_mismatch_and_still_learns():
@@ -187,7 +188,7 @@ def test_bf16_train_step_measures_its_mismatch_and_still_learns():
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     metrics = train_step(model, optimizer, samples, TrainerSection(bf16=True))
     # bfloat16 matmuls against a float32 engine: a mismatch that is measured, not hidden.
-    assert 1e-5 < metrics["mismatch_abs_logprob"] < 0.1
+    assert 1e-5 < metrics.mismatch_abs_logprob < 0.1
     assert all(p.dtype == torch.float32 for p in model.parameters())
     with torch.no_grad():
         after, _ = token_logprobs(model, batch)
@@ -195,7 +196,7 @@ def test_bf16_train_step_measures_its_mismatch_and_still_learns():
     assert gain[0] > 0 > gain[1]
 
 
-def step_with_expert_answer(guided: bool) -> tuple[dict, list[torch.Tensor]]:
+def step_with_expert_answer(guided: bool) -> tuple[StepStats, list[torch.Tensor]]:
     """A train step on a group whose rewarded answer an expert wrote (behaviour logprob
     0: it was certain), marked guided or not; its metrics and the weights after it."""
     model = tiny_model()
@@ -217,8 +218,8 @@ def sgd(model: torch.nn.Module) -> torch.optim.Optimizer:
 
 def test_a_guided_segment_is_learnt_at_weight_one_and_left_out_of_the_mismatch():
     guided, guided_weights = step_with_expert_answer(guided=True)
-    assert guided["mismatch_abs_logprob"] < 1e-5  # the sampled answer's, measured alone
-    assert guided["correction_truncated_frac"] == 0
+    assert guided.mismatch_abs_logprob < 1e-5  # the sampled answer's, measured alone
+    assert guided.correction_truncated_frac == 0
     # The same step where the expert's answer had been sampled by the policy itself.
     model = tiny_model()
     group = [trajectory(make_segment(model, [1, 2], [5, 6, 7]), 1.0),
@@ -229,7 +230,7 @@ def test_a_guided_segment_is_learnt_at_weight_one_and_left_out_of_the_mismatch()
         assert torch.allclose(mine, sampled, atol=1e-6)
     # Unmarked, the expert's certainty reads as a mismatch and shrinks its weight.
     unmarked, unmarked_weights = step_with_expert_answer(guided=False)
-    assert unmarked["mismatch_abs_logprob"] > 1
+    assert unmarked.mismatch_abs_logprob > 1
     pairs = zip(guided_weights, unmarked_weights, strict=True)
     assert any(not torch.allclose(a, b) for a, b in pairs)
 
@@ -250,7 +251,7 @@ def test_a_steps_mismatch_is_over_the_sampled_tokens_whatever_the_micro_batches(
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     config = TrainerSection(bf16=False, micro_batch_size=micro_batch_size)
     metrics = train_step(model, optimizer, samples, config)
-    assert metrics["mismatch_abs_logprob"] == pytest.approx(0.1, abs=1e-4)
+    assert metrics.mismatch_abs_logprob == pytest.approx(0.1, abs=1e-4)
 
 
 @pytest.mark.parametrize("minibatches", [1, 2])
@@ -269,7 +270,7 @@ def test_the_update_does_not_depend_on_the_micro_batch_size(minibatches):
         config = TrainerSection(
             bf16=False, micro_batch_size=micro_batch_size, minibatches=minibatches
         )
-        losses.append(train_step(model, optimizer, samples, config)["loss"])
+        losses.append(train_step(model, optimizer, samples, config).loss)
         weights.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
     assert losses[0] == pytest.approx(losses[1], abs=1e-6) == pytest.approx(losses[2], abs=1e-6)
     assert not torch.equal(weights[0], torch.cat([p.flatten() for p in tiny_model().parameters()]))
@@ -328,8 +329,8 @@ def test_a_train_step_at_temperature_sees_no_mismatch():
     samples, _ = samples_from_groups([group], "drgrpo")
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     metrics = train_step(model, optimizer, samples, TrainerSection(bf16=False))
-    assert metrics["mismatch_abs_logprob"] < 1e-5
-    assert metrics["correction_truncated_frac"] == 0
+    assert metrics.mismatch_abs_logprob < 1e-5
+    assert metrics.correction_truncated_frac == 0
 
 
 def test_greedy_segments_are_read_at_temperature_one():
@@ -379,16 +380,16 @@ def test_minibatches_move_the_ratio_so_the_clip_acts():
     optimizer = torch.optim.AdamW(single.parameters(), lr=0.2)
     one = train_step(single, optimizer, samples, config)
     # One update per batch: π_θ is π_prox throughout, the ratio is 1 and nothing is clipped.
-    assert one["clip_frac"] == 0 and one["ratio_mean"] == 1
+    assert one.clip_frac == 0 and one.ratio_mean == 1
 
     split = tiny_model()
     samples, _ = samples_from_groups([clip_group(split)], "drgrpo")
     optimizer = torch.optim.AdamW(split.parameters(), lr=0.2)
     four = train_step(split, optimizer, samples, config.model_copy(update={"minibatches": 4}))
     # Later minibatches see weights the earlier ones moved, against the same π_prox.
-    assert four["clip_frac"] > 0 and four["ratio_mean"] != 1
+    assert four.clip_frac > 0 and four.ratio_mean != 1
     assert optimizer.state[next(split.parameters())]["step"] == 4  # one AdamW step each
-    assert four["train_sequences"] == 4 and four["mismatch_abs_logprob"] < 1e-5
+    assert four.train_sequences == 4 and four.mismatch_abs_logprob < 1e-5
 
 
 def test_the_first_minibatch_reads_its_proximal_logprobs_from_its_own_forward():
