@@ -105,16 +105,17 @@ class RolloutSection(_Section):
     discarded draws' rollout time."""
     guide_failed_groups: bool = False
     """A group in which every sample failed (after any explore rounds) gets one sample
-    replaced by the scripted expert's episode on the task (micro tasks: it reads the gold
-    patch), verified like any other; the trainer learns it off-policy at importance weight
-    1 (LUFFY-style guidance). Uses the train split's gold patches, which plain RL never
-    sees: say so when comparing against SFT. Dense models only (docs/trainer.md)."""
+    replaced by the episode of the task's guide (the scripted expert on micro tasks, the
+    gold-patch guide on a task folder's: both read the gold patch), verified like any
+    other; the trainer learns it off-policy at importance weight 1 (LUFFY-style guidance).
+    Uses the train split's gold patches, which plain RL never sees: say so when comparing
+    against SFT. Dense models only (docs/trainer.md)."""
     guide_recovery: bool = False
     """With `guide_failed_groups`: where a failed sample had an edit refused before any
-    was applied, the expert finishes that sample instead of starting afresh: its replies
-    up to the refusal are replayed (masked out of the loss), then the expert sends the
+    was applied, the guide finishes that sample instead of starting afresh: its replies
+    up to the refusal are replayed (masked out of the loss), then the guide sends the
     correct edit, checks and finishes. Teaches recovery from the policy's own mistakes;
-    the harness needs room for the expert's 3 turns after the refusal."""
+    the harness needs room for the guide's turns after the refusal (the expert's 3)."""
     temperature: float = Field(1.0, ge=0)
     """Sampling temperature of rollouts and evaluations; the trainer computes its logprobs
     at the temperature each segment was sampled at. 0: greedy, for evaluation only (its

@@ -14,7 +14,7 @@ from fleetrl.envs.tasks.suites import load_tasks
 from fleetrl.inference.engine import Engine
 from fleetrl.model.checkpoint import BASE_MODEL, load_pretrained
 from fleetrl.model.tokenizer import Tokenizer
-from fleetrl.rollout.evaluate import evaluate_policy
+from fleetrl.rollout.session import evaluate_policy
 from fleetrl.rollout.worker import Rollouts
 
 CONFIG = load_config()  # the defaults of the run configuration tree, as `fleetrl eval` uses

@@ -13,7 +13,7 @@ echo
 echo "held-out pass@1 before and after, each at its temperature chosen on val (runs/$NAME/eval.json):"
 .venv/bin/python - "runs/$NAME/eval.json" <<'PY'
 import json, sys
-from fleetrl.rollout.evaluate import paired_gain, task_rates
+from fleetrl.rollout.stats import paired_gain, task_rates
 summary = json.load(open(sys.argv[1]))
 for label, r in summary.items():
     print(f"  {label:5s} {r['pass_at_1']:.3f}  95% CI [{r['ci_low']:.3f}, {r['ci_high']:.3f}]"

@@ -32,7 +32,8 @@ from fleetrl.envs.tasks.records import TaskError
 from fleetrl.envs.tasks.suites import configured_tasks, training_tasks
 from fleetrl.orchestrate.local import run_local
 from fleetrl.orchestrate.sft import run_sft
-from fleetrl.rollout.evaluate import choose_temperature, paired_gain, protocol_report, task_rates
+from fleetrl.rollout.evaluate import choose_temperature, protocol_report
+from fleetrl.rollout.stats import paired_gain, task_rates
 from fleetrl.trainer.sft import STATE_FILE, lr_at
 
 MODELS = ("base", "rl", "sft_more")

@@ -31,7 +31,7 @@ from pathlib import Path
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from fleetrl.config import RunConfig, dump_config
-from fleetrl.files import cache_dir, write_whole
+from fleetrl.files import write_whole
 from fleetrl.model.checkpoint import resolve_checkpoint, weights_digest
 from fleetrl.observe.export import open_sinks
 from fleetrl.observe.metrics import MetricsLogger, read_metrics
@@ -39,14 +39,7 @@ from fleetrl.observe.records import EvalRecord
 from fleetrl.observe.report import write_report
 from fleetrl.orchestrate.roles import FENCED_EXIT
 from fleetrl.orchestrate.run import create_run
-from fleetrl.rollout.evaluate import (
-    EvalResult,
-    evaluate_checkpoint,
-    results_key,
-    split_tasks,
-    sweep_tasks,
-    tasks_digest,
-)
+from fleetrl.rollout.evaluate import EvalResult, evaluate_checkpoint, evaluation_cache_path
 from fleetrl.store.control import store_url
 from fleetrl.store.objectstore import open_store
 from fleetrl.store.region_metrics import read_report_metrics
@@ -171,33 +164,13 @@ def _watch(processes: list[_Process], url: str, run_dir: Path, steps: int, progr
             time.sleep(0.5)
 
 
-def _eval_cache_key(checkpoint: Path, config: RunConfig) -> str:
-    settings = (
-        "seeded-v1",  # the protocol: results of an earlier one are never reused
-        config.trainer.seed,  # every episode's draws
-        config.eval.split,
-        tasks_digest(split_tasks(config, config.eval.split)),
-        tasks_digest(sweep_tasks(config)),
-        config.eval.episodes,
-        config.eval.max_tasks,
-        config.rollout.temperature,
-        config.eval.best_temperature,
-        config.eval.val_split,
-        config.eval.temperatures,
-        config.eval.val_samples,
-        config.tasks.model_dump(),
-        config.harness.model_dump(),
-    )
-    return results_key(weights_digest(checkpoint), settings)
-
-
 def evaluate(
     checkpoint: Path, config: RunConfig, cache: bool, progress: str | None = None
 ) -> EvalResult:
     """Held-out pass@1 of a checkpoint at its temperature chosen on val when
     `eval.best_temperature` (cached by weights and settings when `cache`); `progress`: the
     progress bars' label."""
-    path = cache_dir() / "evals" / f"{_eval_cache_key(checkpoint, config)}.json"
+    path = evaluation_cache_path(weights_digest(checkpoint), config)
     if cache and path.is_file():
         return EvalResult.from_json(json.loads(path.read_text()))
     best = config.eval.best_temperature

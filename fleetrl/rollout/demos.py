@@ -1,9 +1,10 @@
-"""Expert demonstrations: the scripted micro expert run by the rollout worker, kept, cached.
+"""Demonstrations: the tasks' guides run by the rollout worker, kept, cached.
 
-    tasks ─▶ renamed copies (fresh names, `copies` per task)
-          ─▶ per plan: one Expert over that plan's tasks ─▶ Rollouts.run_one, like any policy
-                originals graded by the verifier, copies checked by the expert only
-          ─▶ kept iff the expert met no problem, the episode ended by `finish` without tool
+    tasks ─▶ renamed copies (fresh names, `copies` per task, made by the task's guide)
+          ─▶ per plan and guide: one scripted policy over its tasks (`Guide.policy`)
+                ─▶ Rollouts.run_one, like any policy
+                originals graded by the verifier, copies checked by the guide only
+          ─▶ kept iff the guide met no problem, the episode ended by `finish` without tool
              errors and, where graded, the verifier gave reward 1; else dropped with why
           ─▶ Demo: the harness's own token ids and loss mask (1 = the expert's replies)
           ─▶ cached under a digest of everything they depend on
@@ -11,11 +12,14 @@
 Contract: a Demo's ids are exactly what the harness recorded, so a model trained on them
 sees at training time the prompt, tool-result and reply tokens it will see at RL time.
 Demos come in a fixed order (each task by every plan, then the copies task by task),
-whatever order the episodes finish in. Copies are not graded because grading costs ~10x
-an expert episode; the expert's own check (the example prints its expected value) stands
-in. Generating takes ~0.15 s per episode on two cores; `load_or_generate_demos` caches.
+whatever order the episodes finish in. A task's guide is the registry's
+(`fleetrl.envs.tasks.suites.guide_for`): the scripted micro expert for the bundled suites.
+Copies are not graded because grading costs ~10x an expert episode; the expert's own check
+(the example prints its expected value) stands in. Generating takes ~0.15 s per episode on
+two cores; `load_or_generate_demos` caches.
 
-Not covered: tasks the expert cannot read (not micro tasks): they raise ValueError.
+Not covered: plans or copies a task's guide does not make (the gold-patch guide of a task
+folder follows `fix` only and makes no copies): they raise ValueError.
 """
 
 from __future__ import annotations
@@ -35,11 +39,10 @@ from pathlib import Path
 from rich.progress import Progress
 
 from fleetrl.config import HarnessSection, RolloutSection
-from fleetrl.envs import micro
 from fleetrl.envs.harness import loop as harness_module
 from fleetrl.envs.harness import tools
-from fleetrl.envs.micro.expert import PLANS, Expert
-from fleetrl.envs.micro.names import RenamedCopy, renamed_copy
+from fleetrl.envs.tasks.guide import Guide, Scripted, TaskCopy
+from fleetrl.envs.tasks.suites import guide_for
 from fleetrl.envs.tasks.workspace import ensure_repo
 from fleetrl.files import cache_dir, write_whole
 from fleetrl.model import chat
@@ -48,13 +51,10 @@ from fleetrl.rollout.worker import Rollouts
 from fleetrl.types import Demo, Task, Trajectory
 
 COPY_SEED = "fleetrl-demos-1"  # seeds every copy's names; changing it changes every copy
-# What the expert's replies, the renamed copies and the recorded tokens depend on besides
-# the task records, tokenizer and harness settings: a change to any of these files makes a
-# new cache entry. The suite's own files are not among them: what they make is in the
-# task records, which the key hashes.
-_MICRO = Path(micro.__file__).parent
+# What the recorded tokens depend on besides the guides' own sources (`Guide.sources`), the
+# task records, tokenizer and harness settings: a change to any of these files makes a new
+# cache entry.
 _SOURCES = (
-    *(_MICRO / name for name in ("expert.py", "gold.py", "names.py", "statement.py")),
     Path(harness_module.__file__),
     Path(tools.__file__),
     Path(chat.__file__),
@@ -83,8 +83,9 @@ class _Job:
     name: str  # "task_id/plan" or "task_id/copyK/plan", the key of DemoStats.dropped
     task: Task
     plan: str
-    graded: bool  # by the verifier (originals), or by the expert's own checks (copies)
-    copy: RenamedCopy | None = None  # its repository is written just before the episode
+    graded: bool  # by the verifier (originals), or by the guide's own checks (copies)
+    guide: Guide  # the original task's (a copy belongs to no suite)
+    copy: TaskCopy | None = None  # its repository is written just before the episode
 
 
 def _unlearned(ids: list[int], mask: list[int], replies: list[list[int]]) -> list[int]:
@@ -100,12 +101,12 @@ def _unlearned(ids: list[int], mask: list[int], replies: list[list[int]]) -> lis
     return mask
 
 
-def _verdict(job: _Job, trajectory: Trajectory, expert: Expert) -> tuple[Demo | None, str]:
-    """The demo of a finished expert episode, or why it is not one."""
+def _verdict(job: _Job, trajectory: Trajectory, expert: Scripted) -> tuple[Demo | None, str]:
+    """The demo of a finished guide's episode, or why it is not one."""
     problems = expert.problems[job.task.instance_id]
     if problems:
         return None, "; ".join(problems)
-    slips = PLANS[job.plan].count("slip")  # each one is an edit the tool must refuse
+    slips = job.guide.steps(job.task, job.plan).count("slip")  # edits the tool must refuse
     if trajectory.finish_reason != "finish" or trajectory.tool_errors != slips:
         return None, f"ended by {trajectory.finish_reason}, {trajectory.tool_errors} tool errors"
     if job.graded and trajectory.reward != 1.0:
@@ -120,16 +121,30 @@ def _jobs(
     tasks: list[Task], repos: list[Path], plans: list[str], copies: int, tmp: Path
 ) -> list[_Job]:
     """Every episode in demo order: each task by every plan, then `copies` renamed copies
-    per task (copy k of task i by plan i + k in turn), each seeded by its task and k."""
-    jobs = [_Job(f"{t.instance_id}/{p}", t, p, graded=True) for t in tasks for p in plans]
-    for i, (task, repo) in enumerate(zip(tasks, repos, strict=True)):
+    per task (copy k of task i by plan i + k in turn), each seeded by its task and k.
+    ValueError for a task no guide serves."""
+    guides = [_guide(task) for task in tasks]
+    jobs = [
+        _Job(f"{t.instance_id}/{p}", t, p, graded=True, guide=g)
+        for t, g in zip(tasks, guides, strict=True)
+        for p in plans
+    ]
+    for i, (task, repo, guide) in enumerate(zip(tasks, repos, guides, strict=True)):
         for k in range(copies):
             plan = plans[(i + k) % len(plans)]
             rng = random.Random(f"{COPY_SEED}-{task.instance_id}-{k}")
-            copy = renamed_copy(task, repo, rng, tmp / f"{i}-{k}")
+            copy = guide.copy(task, repo, rng, tmp / f"{i}-{k}")
             name = f"{task.instance_id}/copy{k}/{plan}"
-            jobs.append(_Job(name, copy.task, plan, graded=False, copy=copy))
+            jobs.append(_Job(name, copy.task, plan, graded=False, guide=guide, copy=copy))
     return jobs
+
+
+def _guide(task: Task) -> Guide:
+    """The task's guide; ValueError when it has none."""
+    guide = guide_for(task)
+    if guide is None:
+        raise ValueError(f"{task.instance_id}: no guide serves the task")
+    return guide
 
 
 def _unique_statements(jobs: list[_Job]) -> tuple[list[_Job], dict[str, str]]:
@@ -146,12 +161,12 @@ def _unique_statements(jobs: list[_Job]) -> tuple[list[_Job], dict[str, str]]:
 
 async def _run_plan(
     jobs: list[_Job],
-    expert: Expert,
+    expert: Scripted,
     rollouts: Rollouts,
     gate: asyncio.Semaphore,
     advance: Callable[[], None],
 ) -> dict[str, tuple[Demo | None, str]]:
-    """The verdicts of one plan's jobs, all run by one expert."""
+    """The verdicts of one plan's jobs of one guide, all run by one scripted policy."""
 
     async def run(job: _Job) -> tuple[Demo | None, str]:
         async with gate:
@@ -189,15 +204,18 @@ async def _demonstrate(
     ):
         jobs = await asyncio.to_thread(_jobs, tasks, list(repos), plans, copies, Path(tmp))
         bar_task = bar.add_task("demonstrations", total=len(jobs))
-        # One expert per plan: a task's episodes by two plans open with the same prompt.
+        # One policy per plan and guide: a task's episodes by two plans open with the same
+        # prompt.
         for plan in plans:
-            runnable, dropped = _unique_statements([job for job in jobs if job.plan == plan])
-            outcomes.update((name, (None, reason)) for name, reason in dropped.items())
-            expert = Expert([job.task for job in runnable], plan, tokenizer)
-            rollouts = Rollouts(expert, tokenizer, harness, rollout, concurrency, concurrency)
-            outcomes |= await _run_plan(
-                runnable, expert, rollouts, gate, lambda: bar.advance(bar_task)
-            )
+            for guide in {id(job.guide): job.guide for job in jobs}.values():
+                mine = [job for job in jobs if job.plan == plan and job.guide is guide]
+                runnable, dropped = _unique_statements(mine)
+                outcomes.update((name, (None, reason)) for name, reason in dropped.items())
+                expert = guide.policy([job.task for job in runnable], plan, tokenizer)
+                rollouts = Rollouts(expert, tokenizer, harness, rollout, concurrency, concurrency)
+                outcomes |= await _run_plan(
+                    runnable, expert, rollouts, gate, lambda: bar.advance(bar_task)
+                )
     return [(job.name, *outcomes[job.name]) for job in jobs]
 
 
@@ -211,10 +229,10 @@ def generate_demos(
     concurrency: int = 4,
     progress: bool = True,
 ) -> tuple[list[Demo], DemoStats]:
-    """Demonstrations of `tasks`, in task order: one per task and plan (keys of PLANS;
-    `fleetrl sft` passes `sft.plans`), graded by the verifier, then `copies` renamed
-    copies per task (each by the next plan in turn), checked by the expert. Sandboxes and
-    grading follow `rollout`."""
+    """Demonstrations of `tasks`, in task order: one per task and plan (plans of the
+    tasks' guides, e.g. keys of the micro expert's PLANS; `fleetrl sft` passes
+    `sft.plans`), graded by the verifier, then `copies` renamed copies per task (each by
+    the next plan in turn), checked by the guide. Sandboxes and grading follow `rollout`."""
     start = time.monotonic()
     outcomes = asyncio.run(
         _demonstrate(tasks, tokenizer, harness, rollout, plans, copies, concurrency, progress)
@@ -241,11 +259,11 @@ def demos_key(
     plans: list[str],
     copies: int,
 ) -> str:
-    """A digest of everything a demonstration's tokens depend on: the expert's, suite's,
+    """A digest of everything a demonstration's tokens depend on: the tasks' guides',
     harness's, tools' and chat format's source files, the harness settings, the task
     records (their repository paths aside), the tokenizer, plans and copies."""
     digest = hashlib.sha256()
-    for path in _SOURCES:
+    for path in _sources(tasks):
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     digest.update(harness.model_dump_json().encode())
     for task in tasks:
@@ -253,6 +271,13 @@ def demos_key(
     digest.update(tokenizer.backend.to_str().encode())
     digest.update(repr((plans, copies)).encode())
     return digest.hexdigest()[:16]
+
+
+def _sources(tasks: list[Task]) -> tuple[Path, ...]:
+    """The source files the demonstrations of `tasks` depend on: their guides', then the
+    harness's, tools', chat format's and this module's (`_SOURCES`)."""
+    guides = {id(g): g for g in map(guide_for, tasks) if g is not None}
+    return (*dict.fromkeys(p for g in guides.values() for p in g.sources), *_SOURCES)
 
 
 def load_or_generate_demos(

@@ -4,270 +4,52 @@
     reported split ─▶ N samples per task at T ─▶ pass@1 [bootstrap CI], pass@k, recovery
                    └▶ greedy (T = 0), one sample per task ─▶ greedy pass@1 [bootstrap CI]
 
-- The unit of evaluation is the task: samples of one task are correlated (a model that
-  solves it tends to solve it again), so the 95% interval is a percentile bootstrap over
-  tasks of their mean success, never a binomial interval over episodes.
+- The unit of evaluation is the task: the 95% interval is a percentile bootstrap over
+  tasks of their mean success, never a binomial interval over episodes
+  (`fleetrl.rollout.stats`).
 - The temperature is chosen on `val` and only reported elsewhere; choosing it on the
-  reported split would pick the luckiest run.
+  reported split would pick the luckiest run. The choice is kept per weights and settings
+  (`sweep_cache_path`), so every split reported for one model is reported at one
+  temperature; `fleetrl train`'s end-of-run evaluation is kept the same way
+  (`evaluation_cache_path`).
 - pass@1 at T says how often one attempt works; greedy says what the mode of the policy
   does; pass@8 (Chen et al. 2021, unbiased) says what it can do at all. Sharpening moves
   pass@1 and greedy towards pass@8; a new skill moves pass@8 itself.
 - recovery: episodes that had an edit_file call refused and still passed. A model that
   rarely fails an edit leaves few such episodes; `after_slip` measures recovery on every
   episode instead: the scripted expert reads the file and sends a mis-copied edit, which
-  the tool refuses, and the model takes over from there (`slip_opening`; micro tasks).
+  the tool refuses, and the model takes over from there (`fleetrl.rollout.session`;
+  micro tasks).
 
-Every run of one checkpoint goes through one engine (the temperature is per request), and
-runs whose temperature is known run concurrently, sharing its episodes in flight: the
+The runs of one checkpoint go through one engine at once (`fleetrl.rollout.session`): the
 whole sweep, plus the greedy run of the reported split, is one batch.
 
-Not covered: paired comparisons between two checkpoints on the same tasks; evaluation of
-models served elsewhere (`fleetrl.envs.harness.loop.run_episode_openai` runs their episodes).
+Not covered: evaluation of models served elsewhere
+(`fleetrl.envs.harness.loop.run_episode_openai` runs their episodes).
 """
 
 from __future__ import annotations
 
 import asyncio
-import copy
 import hashlib
 import json
 import math
-import time
-from collections import Counter
-from collections.abc import Awaitable, Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any, TextIO, TypeVar
+from typing import Any
 
 import numpy as np
-import torch
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from fleetrl.config import RunConfig
-from fleetrl.envs.harness.handover import Handover
-from fleetrl.envs.harness.loop import TokenPolicy
-from fleetrl.envs.micro.expert import PLANS, Expert
 from fleetrl.envs.tasks.suites import configured_tasks
 from fleetrl.files import cache_dir, write_whole
-from fleetrl.model.checkpoint import load_pretrained, weights_digest
-from fleetrl.model.tokenizer import Tokenizer
-from fleetrl.rollout.worker import Rollouts, rollout_engine
+from fleetrl.model.checkpoint import weights_digest
+from fleetrl.rollout.session import Run, Session, in_session
+from fleetrl.rollout.stats import EvalError, EvalResult, bootstrap_interval, pass_at_k
 from fleetrl.types import Task, Trajectory
 
 TEMPERATURES: tuple[float, ...] = (0.0, 0.3, 0.5, 0.7, 1.0)
-PASS_AT_K = (2, 4, 8)  # pass@k reported for each k up to the samples per task
 REPORTED_K = 8  # the pass@k of the protocol's document
-SLIP_TURNS = PLANS["slip"].index("slip") + 1  # the expert's turns before a slip hand-over
-
-_T = TypeVar("_T")
-
-
-class EvalError(ValueError):
-    """An evaluation that cannot run as asked (e.g. a temperature chosen on the reported
-    split); the message says why in one line."""
-
-
-def bootstrap_interval(
-    per_task: list[float], level: float = 0.95, resamples: int = 2000, seed: int = 0
-) -> tuple[float, float]:
-    """Percentile bootstrap interval of the mean over tasks (`per_task`: each task's mean
-    success, or any per-task score in [0, 1]); deterministic for a seed.
-
-    The bootstrap only sees the spread it observed: when every task scored the same (all
-    failed, say, which is common on a few tasks) it would collapse to a point and claim
-    certainty. Then the interval is the Wilson interval with each task as one trial."""
-    if not per_task:
-        return 0.0, 1.0
-    values = np.asarray(per_task, dtype=np.float64)
-    if np.all(values == values[0]):
-        return wilson_interval(float(values.sum()), len(values))
-    return _percentile_bootstrap(values, level, resamples, seed)
-
-
-def _percentile_bootstrap(
-    values: np.ndarray, level: float, resamples: int, seed: int
-) -> tuple[float, float]:
-    """Percentile interval of the mean of `values` over `resamples` draws with replacement."""
-    rng = np.random.default_rng(seed)
-    means = values[rng.integers(0, len(values), size=(resamples, len(values)))].mean(axis=1)
-    alpha = (1.0 - level) / 2
-    low, high = np.quantile(means, [alpha, 1.0 - alpha])
-    return float(low), float(high)
-
-
-def paired_gain(
-    after: dict[str, float],
-    before: dict[str, float],
-    level: float = 0.95,
-    resamples: int = 2000,
-    seed: int = 0,
-) -> tuple[float, float, float]:
-    """Mean over tasks of `after` - `before` (each {task id: its pass rate}, the same tasks)
-    and a percentile bootstrap interval of it, each resample drawing the same tasks for both.
-
-    Two models evaluated on one split share its tasks, whose difficulty varies far more
-    than either model's luck on them: pairing takes that shared part out, so the interval
-    of the gain is much narrower than the gap two separate intervals need."""
-    if set(after) != set(before):
-        raise EvalError("a paired gain needs both models evaluated on the same tasks")
-    if not after:
-        return 0.0, -1.0, 1.0
-    diffs = np.array([after[i] - before[i] for i in sorted(after)], dtype=np.float64)
-    return float(diffs.mean()), *_percentile_bootstrap(diffs, level, resamples, seed)
-
-
-def task_rates(document: dict[str, Any]) -> dict[str, float]:
-    """{task id: pass rate} of an evaluation's document (`EvalResult.to_json` or a
-    `protocol_report`): its samples passed over its samples per task."""
-    samples = document["samples_per_task"]
-    return {task: passes / samples for task, passes in document["task_passes"].items()}
-
-
-def wilson_interval(successes: float, n: int, z: float = 1.96) -> tuple[float, float]:
-    """Wilson score interval of a binomial proportion (95% for z = 1.96)."""
-    if n == 0:
-        return 0.0, 1.0
-    p = successes / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
-
-
-def pass_at_k(n: int, c: int, k: int) -> float:
-    """Probability that at least one of k samples of a task passes, from n samples of
-    which c passed: the unbiased estimator 1 - C(n-c, k) / C(n, k) (Chen et al. 2021).
-
-    With n < k no unbiased estimator exists; this returns the plug-in 1 - (1 - c/n)^k,
-    which is biased low (never flatters) and exact for greedy decoding, whose samples
-    would all repeat the first."""
-    if not 0 <= c <= n or n < 1 or k < 1:
-        raise ValueError(f"pass_at_k needs 0 <= c <= n, n >= 1, k >= 1; got {n=} {c=} {k=}")
-    if n < k:
-        return 1.0 - (1.0 - c / n) ** k
-    if n - c < k:
-        return 1.0
-    return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
-
-
-@dataclass
-class EvalResult:
-    """One evaluation run: every task `samples_per_task` times at one temperature."""
-
-    pass_at_1: float  # mean over tasks of the fraction of their samples that passed
-    ci_low: float  # 95% percentile bootstrap over tasks of pass_at_1, lower bound
-    ci_high: float  # and upper bound
-    episodes: int  # graded episodes
-    tasks: int  # distinct tasks
-    duration_s: float  # s: the run, from its first episode to its last grading
-    temperature: float  # sampling temperature (0: greedy)
-    samples_per_task: int  # episodes of each task
-    pass_at_k: dict[int, float] = field(default_factory=dict)  # k <= samples_per_task only
-    pass_at_k_ci: dict[int, tuple[float, float]] = field(default_factory=dict)  # bootstrap
-    recovery: float = 0.0  # fraction of episodes with a failed edit that still passed
-    recovery_rate: float = 0.0  # of the episodes with a failed edit, the fraction that passed
-    failed_edit_episodes: int = 0  # episodes with at least one edit_file call refused
-    task_passes: dict[str, int] = field(default_factory=dict)  # task id -> samples passed
-    val_sweep: dict[str, float] = field(default_factory=dict)  # str(T) -> pass@1 on val
-    finish_reasons: dict[str, int] = field(default_factory=dict)  # how episodes ended
-    flags: dict[str, int] = field(default_factory=dict)  # anti-cheat flags raised, by name
-    mean_tool_errors: float = 0.0  # per episode
-
-    def to_json(self) -> dict[str, Any]:
-        """The run as a JSON document (integer keys become strings)."""
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> EvalResult:
-        """The run of a `to_json` document read back from JSON."""
-        data = dict(data)
-        data["pass_at_k"] = {int(k): v for k, v in data.get("pass_at_k", {}).items()}
-        data["pass_at_k_ci"] = {int(k): tuple(v) for k, v in data.get("pass_at_k_ci", {}).items()}
-        return cls(**data)
-
-
-def summarise(
-    trajectories: list[Trajectory], tasks: int, duration_s: float, temperature: float = 1.0
-) -> EvalResult:
-    """pass@1 and pass@k with bootstrap intervals over tasks, recovery and diagnostics of
-    one run's graded trajectories; `samples_per_task` is the fewest any task had."""
-    n = len(trajectories)
-    attempts = Counter(t.task_id for t in trajectories)
-    passes = {task: 0 for task in attempts} | Counter(
-        t.task_id for t in trajectories if t.reward >= 1.0
-    )
-    per_task = [passes[task] / attempts[task] for task in attempts]
-    samples = min(attempts.values(), default=0)
-    at_k = {
-        k: [pass_at_k(attempts[task], passes[task], k) for task in attempts]
-        for k in PASS_AT_K
-        if k <= samples
-    }
-    low, high = bootstrap_interval(per_task)
-    failed_edit = [t for t in trajectories if t.failed_edits > 0]
-    recovered = sum(t.reward >= 1.0 for t in failed_edit)
-    return EvalResult(
-        pass_at_1=float(np.mean(per_task)) if per_task else 0.0,
-        ci_low=low,
-        ci_high=high,
-        episodes=n,
-        tasks=tasks,
-        duration_s=duration_s,
-        temperature=temperature,
-        samples_per_task=samples,
-        pass_at_k={k: float(np.mean(v)) for k, v in at_k.items()},
-        pass_at_k_ci={k: bootstrap_interval(v) for k, v in at_k.items()},
-        recovery=recovered / n if n else 0.0,
-        recovery_rate=recovered / len(failed_edit) if failed_edit else 0.0,
-        failed_edit_episodes=len(failed_edit),
-        task_passes=dict(passes),
-        finish_reasons=dict(Counter(t.finish_reason for t in trajectories)),
-        flags=dict(Counter(flag for t in trajectories for flag in t.flags)),
-        mean_tool_errors=sum(t.tool_errors for t in trajectories) / max(n, 1),
-    )
-
-
-def slip_opening(task: Task, tokenizer: Tokenizer, model: TokenPolicy) -> TokenPolicy:
-    """The policy of one episode after a slip: the scripted expert reads the task's file
-    and sends an edit whose `old` is mis-copied (the tool refuses it, showing the closest
-    lines), then `model` goes on. EvalError for a task the expert cannot read."""
-    try:
-        expert = Expert([task], "slip", tokenizer)
-    except ValueError as err:
-        raise EvalError(f"after a slip: {task.instance_id} is no micro task ({err})") from None
-    return Handover(expert, SLIP_TURNS, model)
-
-
-async def evaluate_policy(
-    rollouts: Rollouts,
-    tasks: list[Task],
-    samples_per_task: int,
-    on_episode: Callable[[Trajectory], None] | None = None,
-    after_slip: bool = False,
-) -> EvalResult:
-    """Run and grade `samples_per_task` episodes of every task at `rollouts`' temperature
-    (`on_episode` is called as each one is graded, e.g. to advance a progress bar).
-    With a seed in `rollouts.sampling`, sample k of a task draws from a seed of its own
-    (`SamplingParams.reseeded`), so the same seed gives the same episodes however they were
-    batched, and every model and temperature meets the same draws.
-    `after_slip`: each episode opens with the expert's slip (`slip_opening`); episodes
-    where the expert found no mis-copy to send (no edit refused) are left out."""
-    start = time.monotonic()
-
-    async def graded(task: Task, sample: int) -> Trajectory:
-        policy = slip_opening(task, rollouts.tokenizer, rollouts.policy) if after_slip else None
-        sampling = rollouts.sampling.reseeded(task.instance_id, sample)
-        trajectory = await rollouts.run_one(task, policy=policy, sampling=sampling)
-        if on_episode is not None:
-            on_episode(trajectory)
-        return trajectory
-
-    episodes = [graded(task, k) for task in tasks for k in range(samples_per_task)]
-    trajectories = list(await asyncio.gather(*episodes))
-    if after_slip:
-        trajectories = [t for t in trajectories if t.failed_edits > 0]
-    temperature = rollouts.sampling.temperature
-    kept = len({t.task_id for t in trajectories})
-    return summarise(trajectories, kept, time.monotonic() - start, temperature)
 
 
 def pick_temperature(sweep: dict[float, EvalResult]) -> float:
@@ -291,127 +73,6 @@ def split_tasks(config: RunConfig, split: str) -> list[Task]:
     return tasks[: config.eval.max_tasks] if config.eval.max_tasks else tasks
 
 
-@dataclass
-class _Run:
-    """One run to do: every task of `tasks`, `samples` times, at `temperature`."""
-
-    tasks: list[Task]
-    temperature: float
-    samples: int
-    label: str  # progress bar description
-    after_slip: bool = False  # each episode opens with the expert's slip (`slip_opening`)
-
-
-class _Session:
-    """One checkpoint behind one engine: runs given together go through it concurrently
-    and share its budget of episodes in flight; one progress bar per run; each graded
-    episode written to `transcripts` when given (`episode_record`)."""
-
-    def __init__(
-        self, rollouts: Rollouts, bar: Progress | None, transcripts: TextIO | None = None
-    ) -> None:
-        self.rollouts = rollouts
-        self.bar = bar
-        self.transcripts = transcripts
-
-    async def run(self, runs: list[_Run]) -> list[EvalResult]:
-        """The results of `runs`, in order."""
-        return list(await asyncio.gather(*map(self._one, runs)))
-
-    async def _one(self, run: _Run) -> EvalResult:
-        # A shallow copy shares the engine, thread pool and semaphores; only the sampling
-        # parameters (temperature) differ between runs.
-        rollouts = copy.copy(self.rollouts)
-        rollouts.sampling = replace(self.rollouts.sampling, temperature=run.temperature)
-        on_episode = self._on_episode(run)
-        return await evaluate_policy(rollouts, run.tasks, run.samples, on_episode, run.after_slip)
-
-    def _on_episode(self, run: _Run) -> Callable[[Trajectory], None] | None:
-        bar, out = self.bar, self.transcripts
-        if bar is None and out is None:
-            return None
-        job = (
-            bar.add_task(run.label, total=run.samples * len(run.tasks), passed=0)
-            if bar is not None
-            else 0
-        )
-        split_of = {task.instance_id: task.split for task in run.tasks}
-        passed = 0
-
-        def on_episode(trajectory: Trajectory) -> None:
-            nonlocal passed
-            passed += trajectory.reward >= 1.0
-            if bar is not None:
-                bar.update(job, advance=1, passed=passed)
-            if out is not None:
-                split = split_of[trajectory.task_id]
-                record = episode_record(trajectory, split, run.temperature, self.rollouts.tokenizer)
-                out.write(json.dumps(record) + "\n")
-                out.flush()
-
-        return on_episode
-
-
-def episode_record(
-    trajectory: Trajectory, split: str, temperature: float, tokenizer: Tokenizer
-) -> dict[str, Any]:
-    """One graded episode as a JSON document for reading what a model did, not only how
-    often it passed: its task, outcome and the text of each context window (prompt, the
-    model's replies and the tool results, as the model saw them)."""
-    return {
-        "task_id": trajectory.task_id,
-        "split": split,
-        "temperature": temperature,
-        "reward": trajectory.reward,
-        "finish_reason": trajectory.finish_reason,
-        "turns": trajectory.turns,
-        "tool_calls": trajectory.tool_calls,
-        "tool_errors": trajectory.tool_errors,
-        "failed_edits": trajectory.failed_edits,
-        "flags": trajectory.flags,
-        "windows": [tokenizer.decode(segment.token_ids) for segment in trajectory.segments],
-    }
-
-
-def _in_session(
-    checkpoint: Path,
-    config: RunConfig,
-    work: Callable[[_Session], Awaitable[_T]],
-    progress: bool,
-    transcripts: Path | None = None,
-) -> _T:
-    """Load the checkpoint once, start one engine sized for `eval.max_concurrent` episodes
-    on `eval.threads` torch threads, and run `work` with it (under progress bars when
-    `progress`; every graded episode written to `transcripts` as a JSON line when given;
-    the file is replaced)."""
-    torch.set_num_threads(config.eval.threads)
-    model = load_pretrained(checkpoint)
-    tokenizer = Tokenizer.from_pretrained(checkpoint)
-    episodes, gradings = config.eval.max_concurrent, config.eval.max_concurrent_verify
-
-    async def main(bar: Progress | None) -> _T:
-        engine = rollout_engine(model, config.harness, episodes, config.trainer.seed)
-        out = None
-        try:
-            rollouts = Rollouts(
-                engine, tokenizer, config.harness, config.rollout, episodes, gradings
-            )
-            rollouts.sampling = replace(rollouts.sampling, seed=config.trainer.seed)
-            if transcripts is not None:
-                out = transcripts.open("w", encoding="utf-8")
-            return await work(_Session(rollouts, bar, out))
-        finally:
-            if out is not None:
-                out.close()
-            await engine.close()
-
-    if not progress:
-        return asyncio.run(main(None))
-    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn()]
-    with Progress(*columns, TextColumn("pass {task.fields[passed]}"), TimeElapsedColumn()) as bar:
-        return asyncio.run(main(bar))
-
-
 def sweep_tasks(config: RunConfig) -> list[Task]:
     """The tasks the temperature is chosen on: the first `eval.sweep_tasks` of the val
     split (all when 0)."""
@@ -419,18 +80,18 @@ def sweep_tasks(config: RunConfig) -> list[Task]:
     return tasks[: config.eval.sweep_tasks] if config.eval.sweep_tasks else tasks
 
 
-def _sweep_runs(config: RunConfig, label: str) -> list[_Run]:
+def _sweep_runs(config: RunConfig, label: str) -> list[Run]:
     """The temperature sweep on the val split; greedy takes one sample per task, since its
     samples would repeat."""
     split = config.eval.val_split
     tasks = sweep_tasks(config)
     return [
-        _Run(tasks, t, 1 if t == 0 else config.eval.val_samples, f"{label}{split} T={t:g}")
+        Run(tasks, t, 1 if t == 0 else config.eval.val_samples, f"{label}{split} T={t:g}")
         for t in dict.fromkeys(config.eval.temperatures)
     ]
 
 
-def _by_temperature(runs: list[_Run], results: list[EvalResult]) -> dict[float, EvalResult]:
+def _by_temperature(runs: list[Run], results: list[EvalResult]) -> dict[float, EvalResult]:
     return {run.temperature: result for run, result in zip(runs, results, strict=True)}
 
 
@@ -456,12 +117,12 @@ def evaluate_at(
 ) -> EvalResult:
     """One run of a checkpoint: every task of `split` `samples_per_task` times at
     `temperature`. `progress`: show a progress bar with this label."""
-    run = _Run(split_tasks(config, split), temperature, samples_per_task, progress or "")
+    run = Run(split_tasks(config, split), temperature, samples_per_task, progress or "")
 
-    async def work(session: _Session) -> EvalResult:
+    async def work(session: Session) -> EvalResult:
         return (await session.run([run]))[0]
 
-    return _in_session(checkpoint, config, work, progress is not None)
+    return in_session(checkpoint, config, work, progress is not None)
 
 
 def episodes_of(
@@ -470,7 +131,7 @@ def episodes_of(
     """One episode of the checkpoint per task at `temperature`, in task order: for looking
     at what a model does, not only at how often it passes."""
 
-    async def work(session: _Session) -> list[Trajectory]:
+    async def work(session: Session) -> list[Trajectory]:
         rollouts = session.rollouts
         sampling = replace(rollouts.sampling, temperature=temperature)
 
@@ -479,7 +140,7 @@ def episodes_of(
 
         return list(await asyncio.gather(*map(one, tasks)))
 
-    return _in_session(checkpoint, config, work, progress=False)
+    return in_session(checkpoint, config, work, progress=False)
 
 
 def choose_temperature(
@@ -491,10 +152,10 @@ def choose_temperature(
     Returns it with every temperature's run. `progress`: progress bars with this label."""
     runs = _sweep_runs(config, f"{progress} " if progress else "")
 
-    async def work(session: _Session) -> list[EvalResult]:
+    async def work(session: Session) -> list[EvalResult]:
         return await session.run(runs)
 
-    sweep = _by_temperature(runs, _in_session(checkpoint, config, work, progress is not None))
+    sweep = _by_temperature(runs, in_session(checkpoint, config, work, progress is not None))
     return pick_temperature(sweep), sweep
 
 
@@ -517,6 +178,30 @@ def sweep_cache_path(weights: str, config: RunConfig) -> Path:
         config.rollout.model_dump(mode="json", exclude={"temperature"}),
     )
     return cache_dir() / "sweeps" / f"{results_key(weights, settings)}.json"
+
+
+def evaluation_cache_path(weights: str, config: RunConfig) -> Path:
+    """Where `fleetrl train` keeps `evaluate_checkpoint`'s result (best temperature as
+    `eval.best_temperature` says) for these weights (a `weights_digest`) under these
+    settings (split and sweep tasks, episodes, temperatures, seed, tasks, harness), so that
+    a base model shared by many runs is evaluated once."""
+    settings = (
+        "seeded-v1",  # the protocol: results of an earlier one are never reused
+        config.trainer.seed,  # every episode's draws
+        config.eval.split,
+        tasks_digest(split_tasks(config, config.eval.split)),
+        tasks_digest(sweep_tasks(config)),
+        config.eval.episodes,
+        config.eval.max_tasks,
+        config.rollout.temperature,
+        config.eval.best_temperature,
+        config.eval.val_split,
+        config.eval.temperatures,
+        config.eval.val_samples,
+        config.tasks.model_dump(),
+        config.harness.model_dump(),
+    )
+    return cache_dir() / "evals" / f"{results_key(weights, settings)}.json"
 
 
 def results_key(weights: str, settings: tuple[Any, ...]) -> str:
@@ -556,7 +241,7 @@ def evaluate_checkpoint(
     budget = max(1, math.ceil(config.eval.episodes / len(tasks)))
     label = f"{progress} " if progress else ""
 
-    async def work(session: _Session) -> EvalResult:
+    async def work(session: Session) -> EvalResult:
         sweep: dict[float, EvalResult] = {}
         temperature = config.rollout.temperature
         if best_temperature:
@@ -564,12 +249,12 @@ def evaluate_checkpoint(
             sweep = _by_temperature(runs, await session.run(runs))
             temperature = pick_temperature(sweep)
         samples = 1 if temperature == 0 else budget
-        run = _Run(tasks, temperature, samples, f"{label}{split} T={temperature:g}")
+        run = Run(tasks, temperature, samples, f"{label}{split} T={temperature:g}")
         (result,) = await session.run([run])
         result.val_sweep = _sweep_figures(sweep)
         return result
 
-    return _in_session(checkpoint, config, work, progress is not None)
+    return in_session(checkpoint, config, work, progress is not None)
 
 
 def protocol_report(
@@ -605,16 +290,16 @@ def protocol_report(
     name = f"{checkpoint.name} "
     if after_slip:
         name += "after a slip, "
-    greedy_run = _Run(tasks, 0.0, 1, f"{name}{split} greedy", after_slip)
+    greedy_run = Run(tasks, 0.0, 1, f"{name}{split} greedy", after_slip)
 
-    def run_at(t: float) -> _Run:
-        return _Run(tasks, t, samples, f"{name}{split} T={t:g} x{samples}", after_slip)
+    def run_at(t: float) -> Run:
+        return Run(tasks, t, samples, f"{name}{split} T={t:g} x{samples}", after_slip)
 
     digest = weights_digest(checkpoint)  # read once: a checkpoint can be gigabytes
     # Only a choice reads the val split: a given temperature evaluates a folder without one.
     cached = sweep_cache_path(digest, config) if temperature is None else None
 
-    async def work(session: _Session) -> dict[str, Any]:
+    async def work(session: Session) -> dict[str, Any]:
         chosen, figures = temperature, {}
         if cached is not None:
             chosen, figures = _earlier_choice(cached)
@@ -633,7 +318,7 @@ def protocol_report(
         reported.val_sweep = figures
         return _document(split, reported, greedy) | {"after_slip": after_slip, "weights": digest}
 
-    return _in_session(checkpoint, config, work, progress, transcripts)
+    return in_session(checkpoint, config, work, progress, transcripts)
 
 
 def _document(split: str, reported: EvalResult, greedy: EvalResult) -> dict[str, Any]:

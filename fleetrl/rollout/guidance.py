@@ -1,11 +1,11 @@
-"""Recovery guidance: the expert finishes a failed sample from the edit the tool refused.
+"""Recovery guidance: the task's guide finishes a failed sample from the edit the tool refused.
 
     group failed whole ─▶ a sample with an edit refused before any was applied
                        ─▶ its replies up to the refusal, token for token (`Recorded`)
-                       ─▶ the expert (RECOVER): the correct edit, a check, finish
+                       ─▶ the guide (plan RECOVER): the correct edit, a check, finish
                        ─▶ verified ─▶ the replayed replies masked out of the loss
 
-A guided group (`rollout.guide_failed_groups`) otherwise gets the expert's episode from
+A guided group (`rollout.guide_failed_groups`) otherwise gets the guide's episode from
 scratch, which teaches the fix but never what to do after a mistake; the policy sees a
 refused edit only in its own samples, and those fail. Continuing one of them puts the
 recovery into the context the policy itself produced: its own reading of the file, its
@@ -18,7 +18,6 @@ file), several segments (self-summarisation), recovery from anything but a refus
 
 from __future__ import annotations
 
-from fleetrl.envs.micro.expert import RECOVER
 from fleetrl.model.chat import tool_results
 from fleetrl.model.tokenizer import Tokenizer
 from fleetrl.types import Segment, Trajectory
@@ -59,9 +58,10 @@ def refused_prefix(
     return None
 
 
-def recovery_room(max_turns: int) -> int:
-    """Replies a sample may have sent, refusal included, and leave the expert its turns."""
-    return max_turns - len(RECOVER)
+def recovery_room(max_turns: int, guide_turns: int) -> int:
+    """Replies a sample may have sent, refusal included, and leave the guide the
+    `guide_turns` replies it needs to finish."""
+    return max_turns - guide_turns
 
 
 def mask_replies(segment: Segment, n: int) -> None:

@@ -14,8 +14,9 @@ counted by reason (`failure_reason`). The group keeps its other samples when at 
 MIN_GROUP remain (a group-relative advantage compares a sample with the others), and is
 dropped otherwise (`settle_group`); either way its failures are reported. A group that
 failed whole can be guided (`rollout.guide_failed_groups`): one failed sample gives way to
-the scripted expert's verified episode, which the trainer learns off-policy; with
-`rollout.guide_recovery` the expert finishes a sample whose edit was refused
+a verified episode of the task's guide (`fleetrl.envs.tasks.suites.guide_for`: the micro
+expert, or the gold-patch guide of a task folder), which the trainer learns off-policy;
+with `rollout.guide_recovery` the guide finishes a sample whose edit was refused
 (`fleetrl.rollout.guidance`). Cancellation
 (shutdown) is not a failure and propagates. `run_one` alone still raises: a caller that
 runs single episodes (evaluation, demonstrations) decides for itself.
@@ -32,8 +33,9 @@ from dataclasses import dataclass
 from fleetrl.config import HarnessSection, RolloutSection
 from fleetrl.envs.harness.handover import Handover, Recorded
 from fleetrl.envs.harness.loop import TokenPolicy, run_episode
-from fleetrl.envs.micro.expert import RECOVER, Expert
 from fleetrl.envs.sandbox import Limits, open_sandbox
+from fleetrl.envs.tasks.guide import FIX, RECOVER, Guide
+from fleetrl.envs.tasks.suites import guide_for
 from fleetrl.envs.tasks.workspace import ensure_repo
 from fleetrl.envs.verifier import sandbox_changes, verify
 from fleetrl.inference.engine import Engine
@@ -45,7 +47,6 @@ from fleetrl.types import SamplingParams, Task, Trajectory
 log = logging.getLogger(__name__)
 
 MIN_GROUP = 2  # samples a group needs for group-relative advantages
-GUIDE_PLAN = "fix"  # the expert's plan for guided samples: read, edit, check, finish
 
 
 @dataclass
@@ -56,7 +57,7 @@ class GroupResult:
     failures: dict[str, int]  # failed episodes by reason (`failure_reason`)
     dropped: bool = False  # too few episodes completed: none of the group is trained on
     draws: int = 1  # more when `rollout.explore_rounds` drew a group that failed whole again
-    guided: bool = False  # one failed sample was replaced by the expert's episode
+    guided: bool = False  # one failed sample was replaced by the guide's episode
 
 
 def failure_reason(err: BaseException) -> str:
@@ -130,7 +131,7 @@ class Rollouts:
         """One episode on `task`, graded; the trajectory carries reward and flags. With
         `grade=False` the verifier is skipped (reward stays 0): for a scripted policy that
         checks its own work, where grading would cost ~10x the episode. `policy` replaces
-        the Rollouts' own for this episode (the expert of a guided group), `sampling` their
+        the Rollouts' own for this episode (the guide of a guided group), `sampling` their
         sampling parameters (an evaluation episode's own seed)."""
         rollout = self.rollout
         async with self._episodes:
@@ -210,20 +211,24 @@ class Rollouts:
     async def _guided(
         self, task: Task, group_id: str, failed: list[Trajectory | Exception]
     ) -> tuple[Trajectory, int | None] | None:
-        """The expert's verified episode on `task` as a guided sample of the failed group,
-        with the index of the failed sample it continued (`rollout.guide_recovery`; None
-        when it started afresh, as it does where no sample can be continued or the
+        """The task's guide's verified episode on `task` as a guided sample of the failed
+        group, with the index of the failed sample it continued (`rollout.guide_recovery`;
+        None when it started afresh, as it does where no sample can be continued or the
         continuation fails). Its tokens are stamped with the newest version the group was
-        sampled at (it is as fresh as the group). None where the expert cannot serve the
-        task (not a micro task, or an MoE policy: the trainer would replay routing the
-        expert has not) or no episode of it earned reward 1."""
+        sampled at (it is as fresh as the group). None where no guide can serve the task
+        (it has none or it cannot read it, or an MoE policy: the trainer would replay
+        routing the guide has not) or no episode of it earned reward 1."""
         sampled = [s for o in failed if isinstance(o, Trajectory) for s in o.segments]
         if any(s.routed_experts is not None for s in sampled):
             log.warning("no guidance for %s: the expert routes no MoE experts", task.instance_id)
             return None
+        guide = guide_for(task)
+        if guide is None:
+            log.warning("no guidance for %s: no guide serves the task", task.instance_id)
+            return None
         starts: list[tuple[int | None, list[list[int]]]] = []
         if self.rollout.guide_recovery:
-            room = recovery_room(self.harness.max_turns)
+            room = await self._recovery_room(guide, task)
             for i, outcome in enumerate(failed):
                 if isinstance(outcome, Trajectory) and (
                     prefix := refused_prefix(outcome, self.tokenizer, room)
@@ -233,7 +238,7 @@ class Rollouts:
         starts.append((None, []))
         version = max(v for s in sampled for v in s.versions)
         for continued, prefix in starts:
-            trajectory = await self._expert_episode(task, group_id, prefix)
+            trajectory = await self._guide_episode(guide, task, group_id, prefix)
             if trajectory is None:
                 continue
             (segment,) = trajectory.segments
@@ -243,25 +248,36 @@ class Rollouts:
             return trajectory, continued
         return None
 
-    async def _expert_episode(
-        self, task: Task, group_id: str, prefix: list[list[int]]
-    ) -> Trajectory | None:
-        """The expert's graded episode on `task`, after replaying `prefix` (a failed
-        sample's replies up to its refused edit; empty: the expert's plan from scratch),
-        or None where the expert cannot read the task or its episode did not earn 1."""
-        plan = RECOVER if prefix else GUIDE_PLAN
+    async def _recovery_room(self, guide: Guide, task: Task) -> int:
+        """Replies a failed sample may have sent for `guide` to finish it; 0 where the
+        guide cannot (it reads the task's files for its plan)."""
         try:
-            expert = Expert([task], plan, self.tokenizer, after=len(prefix))
+            steps = await asyncio.to_thread(guide.steps, task, RECOVER)
+        except ValueError:
+            return 0
+        return max(0, recovery_room(self.harness.max_turns, len(steps)))
+
+    async def _guide_episode(
+        self, guide: Guide, task: Task, group_id: str, prefix: list[list[int]]
+    ) -> Trajectory | None:
+        """The guide's graded episode on `task`, after replaying `prefix` (a failed
+        sample's replies up to its refused edit; empty: the guide's plan from scratch),
+        or None where the guide cannot read the task or its episode did not earn 1."""
+        plan = RECOVER if prefix else FIX
+        try:
+            scripted = await asyncio.to_thread(
+                guide.policy, [task], plan, self.tokenizer, len(prefix)
+            )
         except ValueError as err:
             log.warning("no guidance for %s: %s", task.instance_id, err)
             return None
-        policy = Handover(Recorded(prefix), len(prefix), expert)
+        policy = Handover(Recorded(prefix), len(prefix), scripted)
         trajectory = await self._attempt(task, group_id, policy)
-        problems = expert.problems[task.instance_id]
+        problems = scripted.problems[task.instance_id]
         if not isinstance(trajectory, Trajectory) or trajectory.reward != 1.0 or problems:
             start = "after a refused edit" if prefix else "from scratch"
             log.warning(
-                "the expert's episode on %s %s failed: %s", task.instance_id, start, problems
+                "the guide's episode on %s %s failed: %s", task.instance_id, start, problems
             )
             return None
         return trajectory

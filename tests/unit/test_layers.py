@@ -168,3 +168,17 @@ def test_every_module_is_reached_from_a_command():
         todo += [".".join(parts[:i]) for i in range(1, len(parts))]  # its packages' inits
         todo += imports(known[module], top_level_only=False, names=True)
     assert sorted(set(known) - reached) == []
+
+
+def test_rollout_reaches_suites_only_through_their_guides():
+    """Guided groups, demonstrations and evaluation after a slip serve any task folder: the
+    rollout stage asks the registry for a task's guide (`fleetrl.envs.tasks.suites.guide_for`)
+    and never imports one suite's code (`fleetrl.envs.micro`)."""
+    wrong = [
+        f"{module_name(path)} imports {target}"
+        for path in sources()
+        if part_of(module_name(path)) == "rollout"
+        for target in imports(path, top_level_only=False, names=True)
+        if target == "fleetrl.envs.micro" or target.startswith("fleetrl.envs.micro.")
+    ]
+    assert wrong == []

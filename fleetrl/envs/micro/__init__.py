@@ -6,6 +6,7 @@
     names.py      names a generated identifier must avoid; renamed copies of a task
     gold.py       a gold patch read as the one change it makes
     expert.py     the scripted expert: a TokenPolicy that fixes micro tasks by a plan
+    guide.py      the expert behind the guide protocol (`fleetrl.envs.tasks.guide`)
 
 Nothing in this package imports the suite registry (`fleetrl.envs.tasks.suites` imports it).
 """

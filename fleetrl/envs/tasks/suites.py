@@ -5,7 +5,10 @@
                  └─▶ load_tasks / get_task (optionally one split, or one instance id)
 
 A suite plugs in with `register_suite`; the bundled `micro` and `product` suites are
-registered here, so importing this module is enough to find them. A suite's repositories
+registered here, so importing this module is enough to find them. `guide_for` hands out a
+task's guide (`fleetrl.envs.tasks.guide`): its suite's (the micro expert for the bundled
+ones), else the gold-patch guide for any task with a gold patch (a `fleetrl tasks make`
+folder's). A suite's repositories
 are written on first use by `fleetrl.envs.tasks.workspace.ensure_repo`, which asks the registry
 for the suite's `materialise`. Suites themselves never import this module: they hand over
 plain functions.
@@ -23,6 +26,9 @@ from pathlib import Path
 
 from fleetrl.config import TasksSection
 from fleetrl.envs.micro import suite as micro
+from fleetrl.envs.micro.guide import MICRO_GUIDE
+from fleetrl.envs.tasks.gold_guide import GOLD_PATCH_GUIDE
+from fleetrl.envs.tasks.guide import Guide
 from fleetrl.envs.tasks.records import TaskError, load_task_dir
 from fleetrl.types import Task
 
@@ -34,13 +40,12 @@ class Suite:
     name: str
     build: Callable[[], list[Task]]  # every record, in a fixed order; fast and deterministic
     materialise: Callable[[Task, Path], None]  # write a task's base tree into an empty folder
+    guide: Guide | None = None  # its tasks' guide; None: the gold-patch guide
 
 
 _SUITES: dict[str, Suite] = {
-    "micro": Suite(name="micro", build=micro.build_suite, materialise=micro.materialise),
-    "product": Suite(
-        name="product", build=micro.build_product_suite, materialise=micro.materialise_product
-    ),
+    "micro": Suite("micro", micro.build_suite, micro.materialise, MICRO_GUIDE),
+    "product": Suite("product", micro.build_product_suite, micro.materialise_product, MICRO_GUIDE),
 }
 
 
@@ -59,6 +64,16 @@ def get_suite(name: str) -> Suite:
     if name not in _SUITES:
         raise TaskError(f"unknown suite {name!r} (known: {', '.join(sorted(_SUITES))})")
     return _SUITES[name]
+
+
+def guide_for(task: Task) -> Guide | None:
+    """The guide of `task`: its suite's when that has one, else the gold-patch guide when
+    the task has a gold patch (tasks of a folder, renamed copies: `task.suite` is "");
+    None without either."""
+    suite = _SUITES.get(task.suite)
+    if suite is not None and suite.guide is not None:
+        return suite.guide
+    return GOLD_PATCH_GUIDE if task.patch.strip() else None
 
 
 def load_tasks(

@@ -19,15 +19,9 @@ from fleetrl.envs.tasks.workspace import ensure_repo
 from fleetrl.model.chat import Message, ToolCall, format_reply
 from fleetrl.model.checkpoint import resolve_checkpoint, weights_digest
 from fleetrl.model.tokenizer import bundled_tokenizer
-from fleetrl.rollout.evaluate import (
-    EvalError,
-    _Run,
-    _Session,
-    episodes_of,
-    evaluate_policy,
-    sweep_cache_path,
-    tasks_digest,
-)
+from fleetrl.rollout.evaluate import episodes_of, sweep_cache_path, tasks_digest
+from fleetrl.rollout.session import Run, Session, evaluate_policy
+from fleetrl.rollout.stats import EvalError
 from fleetrl.rollout.worker import Rollouts
 from fleetrl.types import Completion, SamplingParams
 
@@ -142,8 +136,8 @@ def test_runs_at_several_temperatures_share_one_policy():
     policy, task = Stumbler(), get_task(TASK)
 
     async def scenario():
-        runs = [_Run([task], 0.0, 1, "greedy"), _Run([task], 0.7, 2, "sampled")]
-        return await _Session(rollouts(policy), None).run(runs)
+        runs = [Run([task], 0.0, 1, "greedy"), Run([task], 0.7, 2, "sampled")]
+        return await Session(rollouts(policy), None).run(runs)
 
     greedy, sampled = asyncio.run(scenario())
     assert policy.temperatures == {0.0, 0.7}

@@ -6,7 +6,8 @@ from fleetrl.config import HarnessSection, RolloutSection
 from fleetrl.envs.tasks.suites import get_task
 from fleetrl.model.chat import Message, ToolCall, format_reply
 from fleetrl.model.tokenizer import bundled_tokenizer
-from fleetrl.rollout.evaluate import evaluate_policy, summarise
+from fleetrl.rollout.session import evaluate_policy
+from fleetrl.rollout.stats import summarise
 from fleetrl.rollout.worker import Rollouts
 from fleetrl.types import Completion, SamplingParams
 

@@ -26,17 +26,21 @@ def test_cache_key_moves_with_what_the_tokens_depend_on(tmp_path, monkeypatch):
         demos_key(tasks, TOKENIZER, HARNESS, ["fix"], 1),
     ]
     # An edit of the expert's source: a copy of every source file, then one line more.
+    sources = demos_module._sources(tasks)
     copies = []
-    for path in demos_module._SOURCES:
+    for path in sources:
         copy = tmp_path / str(len(copies)) / path.name
         copy.parent.mkdir()
         copy.write_bytes(path.read_bytes())
         copies.append(copy)
-    monkeypatch.setattr(demos_module, "_SOURCES", tuple(copies))
+    monkeypatch.setattr(demos_module, "_sources", lambda tasks: tuple(copies))
     assert demos_key(tasks, TOKENIZER, HARNESS, ["fix"], 0) == key
     (expert,) = [copy for copy in copies if copy.name == "expert.py"]
     expert.write_text(expert.read_text() + "# edited\n")
     changed.append(demos_key(tasks, TOKENIZER, HARNESS, ["fix"], 0))
     assert len({key, *changed}) == 1 + len(changed)
-    # The suite's own files are not hashed: what they make is in the task records.
-    assert {p.name for p in demos_module._SOURCES}.isdisjoint({"suite.py", "shapes.py"})
+    # The micro guide's files and the harness's are hashed; the suite's own files are not:
+    # what they make is in the task records.
+    names = {p.name for p in sources}
+    assert {"expert.py", "names.py", "loop.py", "tools.py", "demos.py"} <= names
+    assert names.isdisjoint({"suite.py", "shapes.py"})

@@ -1,19 +1,21 @@
-"""Evaluation statistics and the temperature rule; evaluating a policy with the real
-verifier is in tests/env/rollout."""
+"""Evaluation statistics, the temperature rule and the key results are kept under;
+evaluating a policy with the real verifier is in tests/env/rollout."""
+
+import json
 
 import pytest
 
 from fleetrl.config import ConfigError, load_config
 from fleetrl.envs.tasks.suites import load_tasks
-from fleetrl.rollout.evaluate import (
+from fleetrl.orchestrate import local
+from fleetrl.rollout.evaluate import evaluation_cache_path, pick_temperature, sweep_tasks
+from fleetrl.rollout.stats import (
     EvalError,
     EvalResult,
     bootstrap_interval,
     paired_gain,
     pass_at_k,
-    pick_temperature,
     summarise,
-    sweep_tasks,
     task_rates,
     wilson_interval,
 )
@@ -154,3 +156,23 @@ def test_fleetrl_eval_refuses_to_choose_the_temperature_on_the_reported_split():
     budgets = runner.invoke(app, ["eval", "--samples", "2", "--episodes", "4"])
     assert budgets.exit_code == 2 and "not both" in budgets.output
     assert "Traceback" not in on_val.output + both.output + budgets.output
+
+
+def test_the_end_of_run_evaluation_is_kept_under_the_one_key(tmp_path, monkeypatch):
+    monkeypatch.setenv("FLEETRL_CACHE", str(tmp_path))
+    config = load_config(overrides={"eval": {"max_tasks": 2}})
+    path = evaluation_cache_path("w" * 64, config)
+    assert path.parent == tmp_path / "evals"
+    # it moves with what the result depends on, and with nothing else
+    other = load_config(overrides={"eval": {"max_tasks": 2, "episodes": 7}})
+    assert evaluation_cache_path("w" * 64, other) != path != evaluation_cache_path("v" * 64, config)
+    trained = load_config(overrides={"eval": {"max_tasks": 2}, "trainer": {"lr": 1e-3}})
+    assert evaluation_cache_path("w" * 64, trained) == path
+    # `fleetrl train` reads back what the key names, without evaluating again
+    kept = EvalResult(0.25, 0.1, 0.5, episodes=4, tasks=2, duration_s=1.0, temperature=0.0,
+                      samples_per_task=2)  # fmt: skip
+    path.parent.mkdir()
+    path.write_text(json.dumps(kept.to_json()))
+    monkeypatch.setattr(local, "weights_digest", lambda checkpoint: "w" * 64)
+    monkeypatch.setattr(local, "evaluate_checkpoint", lambda *a, **k: pytest.fail("evaluated"))
+    assert local.evaluate(tmp_path / "model", config, cache=True) == kept

@@ -27,5 +27,5 @@ def test_masking_the_replayed_replies_leaves_the_rest_to_learn():
     assert s.versions == [-1] * 8 + [4, 4]
 
 
-def test_the_expert_needs_three_turns_after_the_refusal():
-    assert recovery_room(6) == 3
+def test_a_sample_leaves_the_guide_the_turns_it_needs():
+    assert recovery_room(6, 3) == 3
