@@ -27,6 +27,8 @@ Contract:
   in the run folder. With the local launcher these are one folder, so one TensorBoard
   folder and one W&B run; a trainer on another machine keeps its files there. Regions log
   nothing themselves.
+- A sink that cannot start (W&B online with no API key or no network) is left out with
+  one warning line, and one that fails mid-run is dropped the same way: the run goes on.
 - Offline W&B files are written by W&B's service process, which may finish writing them
   just after `close()` returns (wandb 0.31); they are complete once the process exits.
 
@@ -36,12 +38,16 @@ W&B (it stamps each row with its own clock).
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
 from fleetrl.observe.metrics import Sink
+
+log = logging.getLogger(__name__)
 
 RUN_ID_FILE = "fleetrl-run-id"  # in <run>/wandb/: the W&B run id of this run folder
 
@@ -111,13 +117,31 @@ def open_sinks(
 ) -> list[Sink]:
     """The sinks `settings` enables for the run in `run_dir` (`name`: the W&B run's name,
     `config`: the run config as plain data). The packages must be installed: the run's
-    start-up checks that (`RunConfig.observe`), so a missing one is refused before here."""
+    start-up checks that (`RunConfig.observe`), so a missing one is refused before here.
+    A sink that cannot start (W&B online with no API key or no network) is left out with
+    one warning: the run goes on, and metrics.jsonl has every figure."""
     sinks: list[Sink] = []
     if settings.tensorboard:
-        sinks.append(TensorBoardSink(Path(run_dir) / "tensorboard"))
+        sinks += _started(
+            "observe.tensorboard", lambda: TensorBoardSink(Path(run_dir) / "tensorboard")
+        )
     if settings.wandb:
-        sinks.append(WandbSink(run_dir, settings.wandb_project, name, config))
+        sinks += _started(
+            "observe.wandb", lambda: WandbSink(run_dir, settings.wandb_project, name, config)
+        )
     return sinks
+
+
+def _started(knob: str, start: Callable[[], Sink]) -> list[Sink]:
+    """[the sink `start` makes], or [] with one warning line when it cannot start."""
+    try:
+        return [start()]
+    except Exception as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        log.warning(
+            "%s: left out, it could not start (%s); metrics.jsonl has every figure", knob, first
+        )
+        return []
 
 
 def _run_id(folder: Path) -> str:

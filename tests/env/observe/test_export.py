@@ -139,3 +139,18 @@ def test_wandb_mode_of_the_environment_wins(tmp_path, monkeypatch):
         log.log("train", 1, {"reward": 0.5})
     assert offline_runs(run) == []
     assert read_metrics(run / "metrics.jsonl")[0]["reward"] == 0.5
+
+
+def test_wandb_that_cannot_start_is_left_out_with_one_warning(tmp_path, monkeypatch, caplog):
+    # Online with no API key: W&B refuses to start. The run keeps its metrics.jsonl.
+    monkeypatch.setenv("WANDB_MODE", "online")
+    run = tmp_path / "run"
+    sinks = open_sinks(run, ObserveSection(wandb=True), "run", {})
+    assert sinks == []
+    assert [r.message for r in caplog.records if "observe.wandb" in r.message] == [
+        "observe.wandb: left out, it could not start (No API key configured. Use `wandb login` "
+        "to log in.); metrics.jsonl has every figure"
+    ]
+    with MetricsLogger(run / "metrics.jsonl", sinks=sinks) as log:
+        log.log("train", 1, {"reward": 0.5})
+    assert read_metrics(run / "metrics.jsonl")[0]["reward"] == 0.5
