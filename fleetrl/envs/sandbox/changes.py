@@ -11,6 +11,13 @@ repository; the local backend offers every path. This module decides what really
 by comparing both sides, reading through `fs` so workspace symlinks cannot point it
 outside the workspace.
 
+Walks never recurse (a folder nested thousands of levels deep is a loop, not a stack) and
+never follow links. A folder whose path is longer than `MAX_PATH_BYTES` is not entered:
+nothing under it could be named in a grading copy, so it is one `Change` (added, binary)
+that no patch carries, and the verifier flags it. Hard links: inside a sandbox a link can
+only join two files of the workspace's own mount (the kernel refuses one across mounts,
+EXDEV), so reading it reads the workspace.
+
 Not covered: renames (a rename is a deletion plus an addition), empty directories, and
 ownership or timestamps (git ignores them too).
 """
@@ -30,6 +37,9 @@ from fleetrl.envs.sandbox.types import Change
 # Bytecode outside __pycache__ is no cache: Python imports a sourceless .pyc, so it is a
 # change (the verifier flags it). The verifier ignores the same folders.
 IGNORED_DIRS = frozenset({"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".git"})
+# A folder whose path (bytes, relative to the workspace) is longer is not entered: with a
+# grading copy's own prefix, a path under it would pass Linux's PATH_MAX (4096 bytes).
+MAX_PATH_BYTES = 3072
 
 
 def is_ignored(rel: str) -> bool:
@@ -57,17 +67,39 @@ def _entry(root: str, rel: str) -> _Entry | None:
     return None  # directories, FIFOs, sockets, devices: nothing a patch can carry
 
 
+def too_deep(rel: str) -> bool:
+    """Whether a path is too long to be entered or carried (see `MAX_PATH_BYTES`)."""
+    return len(os.fsencode(rel)) > MAX_PATH_BYTES
+
+
+def scan(root: str, rel: str = "") -> Iterator[tuple[str, bool]]:
+    """(path relative to `root`, is a folder) of every entry under `root/rel`, depth first
+    with a stack, never following links; folders in IGNORED_DIRS and folders too deep to
+    enter (`too_deep`) are listed but not entered; a folder that cannot be listed is skipped."""
+    stack = [rel]
+    while stack:
+        folder = stack.pop()
+        try:
+            with os.scandir(os.path.join(root, folder) if folder else root) as entries:
+                found = [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
+        except OSError:
+            continue
+        for name, is_dir in found:
+            path = f"{folder}/{name}" if folder else name
+            yield path, is_dir
+            if is_dir and name not in IGNORED_DIRS and not too_deep(path):
+                stack.append(path)
+
+
 def walk_files(root: str, rel: str = "") -> Iterator[str]:
-    """Every non-directory path under `root/rel` (not following symlinks), ignored ones
-    pruned."""
+    """Every non-directory path under `root/rel` (not following symlinks), ignored folders
+    pruned, and every folder too deep to enter (see `MAX_PATH_BYTES`)."""
     top = os.path.join(root, rel) if rel else root
     if not os.path.isdir(top) or os.path.islink(top):
         return
-    for dirpath, dirnames, filenames in os.walk(top):
-        dirnames[:] = [d for d in dirnames if d not in IGNORED_DIRS]
-        base = os.path.relpath(dirpath, root)
-        for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
-            yield name if base == "." else f"{base}/{name}"
+    for path, is_dir in scan(root, rel):
+        if not is_dir or (too_deep(path) and os.path.basename(path) not in IGNORED_DIRS):
+            yield path
 
 
 def _is_text(data: bytes) -> bool:
@@ -91,6 +123,12 @@ def _compare(
     for rel in sorted(set(candidates)):
         if not rel or is_ignored(rel):
             continue
+        if too_deep(rel):
+            # A folder too deep to enter, or anything in one: never read, and no patch can
+            # carry it; listed so that the verifier can say why it is not applied.
+            if _present(view, rel):
+                yield Change(rel, "added", True), None, None
+            continue
         old, new = _entry(base, rel), _entry(view, rel)
         if old == new:
             continue
@@ -99,10 +137,20 @@ def _compare(
         yield Change(rel, kind, binary), old, new
 
 
+def _present(root: str, rel: str) -> bool:
+    """Whether `rel` exists under `root` (a path too long to check counts as present)."""
+    try:
+        return fs.lstat_beneath(root, rel) is not None
+    except OSError:
+        return True
+
+
 def unified_diff(base: str, view: str, candidates: Iterable[str]) -> str:
     """A patch (git format) turning `base` into `view`, for the paths in `candidates`."""
     out: list[str] = []
     for change, old, new in _compare(base, view, candidates):
+        if old is None and new is None:
+            continue  # too deep to carry (see `MAX_PATH_BYTES`)
         if old is not None and new is not None and (old.mode == 0o120000) != (new.mode == 0o120000):
             # A file became a symlink or back: git writes a deletion then an addition.
             out += _file_patch(change.path, old, None, change.binary)
@@ -173,20 +221,10 @@ def upper_candidates(upper: str, base: str) -> Iterator[str]:
     name. A whiteout, an opaque directory or a non-directory over a base directory can
     hide base files, so those base files become candidates too.
     """
-    for dirpath, dirnames, filenames in os.walk(upper):
-        rel_dir = os.path.relpath(dirpath, upper)
-        prefix = "" if rel_dir == "." else rel_dir + "/"
-        for name in filenames:
-            rel = prefix + name
-            yield rel
+    for rel, is_dir in scan(upper):
+        yield rel
+        if not is_dir or _is_opaque(os.path.join(upper, rel)):
             yield from walk_files(base, rel)  # nothing unless base has a directory there
-        for name in list(dirnames):
-            rel = prefix + name
-            path = os.path.join(dirpath, name)
-            yield rel
-            if os.path.islink(path) or _is_opaque(path):
-                yield from walk_files(base, rel)
-        dirnames[:] = [d for d in dirnames if d not in IGNORED_DIRS]
 
 
 def _is_opaque(path: str) -> bool:

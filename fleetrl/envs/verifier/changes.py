@@ -5,7 +5,15 @@ live sandbox) return `Changes`, path -> (base bytes, new bytes), None for absent
 changed paths that cannot be carried into a grading are in `Changes.skipped` with their
 flag (`special_file`, `oversized_file`). Nothing is followed, or read whole, before its
 lstat says it is a regular file within `MAX_FILE_BYTES` (`MAX_CHANGE_BYTES` for all changed
-files together); VCS state and interpreter caches are never changes.
+files together); VCS state and interpreter caches are never changes. Folders are walked
+with a stack, never recursion: a folder too deep to name in a grading copy
+(`MAX_PATH_BYTES`) is not entered and is `oversized_file`.
+
+Hard links: a workspace folder's file with more than one link may be a host file linked
+in (`ln ~/.ssh/id_rsa notes.txt`). It is read only when every one of its links is in the
+workspace or the base repository; else it is never read nor applied (`special_file`),
+unless it is the base's own file or holds the base file's bytes (compared, never carried).
+In the agent's sandbox a hard link cannot leave the workspace's mount (EXDEV).
 
 What is not covered: in the agent's sandbox, a link that resolves inside the workspace is
 read as a copy of its target (the sandbox API reports no file types).
@@ -15,10 +23,11 @@ from __future__ import annotations
 
 import os
 import stat
+from collections import Counter
 from pathlib import Path
 
 from fleetrl.envs.sandbox import Sandbox
-from fleetrl.envs.sandbox.changes import IGNORED_DIRS, is_ignored
+from fleetrl.envs.sandbox.changes import is_ignored, too_deep, walk_files
 
 # A fix is a source edit: no honest change needs a bigger file, and reading a 64 MiB file
 # whole tripled the grader's memory. Larger changed files are not read (`oversized_file`).
@@ -38,9 +47,12 @@ class Changes(dict[str, tuple[bytes | None, bytes | None]]):
         self.skipped: dict[str, str] = {}
 
 
-def _read_regular(path: str, limit: int = MAX_FILE_BYTES) -> bytes | None:
+def _read_regular(
+    path: str, limit: int = MAX_FILE_BYTES, vetted: os.stat_result | None = None
+) -> bytes | None:
     """Bytes of `path` if it is a regular file of at most `limit` bytes, reached without
-    following a final link (FIFOs do not block: opened non-blocking); else None."""
+    following a final link (FIFOs do not block: opened non-blocking), and the very file
+    `vetted` describes when given (same inode, no new link); else None."""
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
     try:
         fd = os.open(path, flags)
@@ -50,6 +62,11 @@ def _read_regular(path: str, limit: int = MAX_FILE_BYTES) -> bytes | None:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
             return None
+        if vetted is not None and (
+            (st.st_dev, st.st_ino) != (vetted.st_dev, vetted.st_ino)
+            or st.st_nlink > vetted.st_nlink
+        ):
+            return None  # replaced or linked again since its lstat
         data = f.read(limit + 1)
     return data if len(data) <= limit else None
 
@@ -77,21 +94,40 @@ def _same_link(a: str, b: str) -> bool:
         return False
 
 
-def _tree(root: str) -> dict[str, os.stat_result]:
-    """lstat of every non-directory under `root`, by relative path; links are listed, never
-    followed; names that are not UTF-8 come back with surrogate escapes."""
+def _tree(root: str) -> tuple[dict[str, os.stat_result], set[str]]:
+    """lstat of every non-directory under `root`, by relative path (links are listed, never
+    followed; names that are not UTF-8 come back with surrogate escapes), and the paths too
+    deep to enter or name (`MAX_PATH_BYTES`), never looked into."""
     out: dict[str, os.stat_result] = {}
-    for dirpath, dirs, names in os.walk(root):
-        dirs[:] = [d for d in dirs if d not in IGNORED_DIRS]
-        for name in [*names, *dirs]:
-            path = os.path.join(dirpath, name)
-            try:
-                st = os.lstat(path)
-            except OSError:
-                continue
-            if not stat.S_ISDIR(st.st_mode):
-                out[os.path.relpath(path, root).replace(os.sep, "/")] = st
-    return out
+    deep: set[str] = set()
+    for rel in walk_files(root):
+        if too_deep(rel):
+            deep.add(rel)
+            continue
+        try:
+            st = os.lstat(os.path.join(root, rel))
+        except OSError:
+            continue
+        if not stat.S_ISDIR(st.st_mode):
+            out[rel] = st
+    return out, deep
+
+
+def _linked(*trees: dict[str, os.stat_result]) -> Counter[tuple[int, int]]:
+    """How many paths of `trees` name each inode that has more than one link."""
+    return Counter((s.st_dev, s.st_ino) for tree in trees for s in tree.values() if s.st_nlink > 1)
+
+
+def _is_base_file(old: str, new: str) -> bool:
+    """Whether workspace file `new` is the base file `old` itself (one inode) or holds the
+    same bytes; their lstat sizes are compared before any byte is."""
+    try:
+        a, b = os.lstat(old), os.lstat(new)
+    except OSError:
+        return False
+    if (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino):
+        return True
+    return a.st_size == b.st_size and _same_bytes(old, new)
 
 
 def workspace_changes(base: Path, workspace: Path) -> Changes:
@@ -100,8 +136,10 @@ def workspace_changes(base: Path, workspace: Path) -> Changes:
     Nothing in the workspace is followed or read whole before its lstat says it is a
     regular file within the size limits.
     """
-    before, after = _tree(str(base)), _tree(str(workspace))
-    changes, budget = Changes(), MAX_CHANGE_BYTES
+    (before, _), (after, deep) = _tree(str(base)), _tree(str(workspace))
+    changes, budget, linked = Changes(), MAX_CHANGE_BYTES, _linked(before, after)
+    for path in sorted(deep):
+        changes.skipped[path] = "oversized_file"  # a path no grading copy could name
     for path in sorted(before.keys() | after.keys()):
         old_st, new_st = before.get(path), after.get(path)
         old_path, new_path = os.path.join(base, path), os.path.join(workspace, path)
@@ -111,12 +149,17 @@ def workspace_changes(base: Path, workspace: Path) -> Changes:
         elif not stat.S_ISREG(new_st.st_mode):
             if not (old_st is not None and _same_link(old_path, new_path)):
                 changes.skipped[path] = "special_file"
+        elif new_st.st_nlink > max(1, linked[new_st.st_dev, new_st.st_ino]):
+            # A link of a file outside both trees, maybe a host file: never read, unless it
+            # is the base's own file or holds its bytes (compared in place, never carried).
+            if not (old_regular and _is_base_file(old_path, new_path)):
+                changes.skipped[path] = "special_file"
         elif new_st.st_size > min(MAX_FILE_BYTES, budget):
             unchanged = old_st is not None and old_regular and old_st.st_size == new_st.st_size
             if not (unchanged and _same_bytes(old_path, new_path)):
                 changes.skipped[path] = "oversized_file"
         else:
-            new = _read_regular(new_path)
+            new = _read_regular(new_path, vetted=new_st)
             old = _read_regular(old_path) if old_regular else None
             if new is None:
                 changes.skipped[path] = "special_file"  # replaced while being read
@@ -135,6 +178,9 @@ def sandbox_changes(sandbox: Sandbox, base: Path) -> Changes:
     changes, budget = Changes(), MAX_CHANGE_BYTES
     for change in sandbox.changes():
         if is_ignored(change.path):
+            continue
+        if too_deep(change.path):
+            changes.skipped[change.path] = "oversized_file"  # a path no grading copy could name
             continue
         old = None if change.kind == "added" else _read_regular(str(base / change.path))
         if change.kind == "deleted":
