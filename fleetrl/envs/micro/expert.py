@@ -53,6 +53,7 @@ from pathlib import Path
 
 from fleetrl.envs.micro.gold import GoldChange, gold_change
 from fleetrl.envs.micro.statement import parse_statement
+from fleetrl.envs.tasks.guide import edit_windows
 from fleetrl.envs.tasks.mutations import find_mutations
 from fleetrl.model.chat import (
     GENERATION_PROMPT,
@@ -112,24 +113,13 @@ def check_command(example: Example) -> str:
     return f'python -B -c "{escaped}"'
 
 
-def _windows(start: int, end: int, n_lines: int) -> list[tuple[int, int]]:
-    """Line ranges around the change, smallest first; one more line above before below."""
-    out = []
-    for extra in range(n_lines + 1):
-        for up in range(extra, -1, -1):
-            a, b = start - up, end + extra - up
-            if a >= 0 and b <= n_lines and b > a:
-                out.append((a, b))
-    return out
-
-
 def shortest_edit(lines: list[str], change: GoldChange) -> tuple[str, str]:
     """`old` and `new` for edit_file: the changed lines, indentation of the first cut off,
     widened by neighbouring lines until `old` occurs exactly once in the file."""
     if tuple(lines[change.start : change.end]) != change.old:
         raise ValueError(f"{change.path}: the file does not hold the patch's lines")
     text = "\n".join(lines)
-    for a, b in _windows(change.start, change.end, len(lines)):
+    for a, b in edit_windows(change.start, change.end, len(lines)):
         old = "\n".join(lines[a:b])
         new = "\n".join([*lines[a : change.start], *change.new, *lines[change.end : b]])
         indent = old[: len(old) - len(old.lstrip())]

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fleetrl.envs.tasks import guide
+from fleetrl.envs.tasks.guide import edit_windows
 from fleetrl.model.chat import (
     GENERATION_PROMPT,
     IM_END,
@@ -138,17 +139,6 @@ def _hunk(match: re.Match[str], lines: list[str], i: int) -> tuple[Hunk, int]:
     return Hunk(start, old, new), i
 
 
-def _windows(start: int, end: int, n_lines: int) -> list[tuple[int, int]]:
-    """Line ranges around lines[start:end], smallest first; one more line above before below."""
-    out = []
-    for extra in range(n_lines + 1):
-        for up in range(extra, -1, -1):
-            a, b = start - up, end + extra - up
-            if a >= 0 and b <= n_lines and b > a:
-                out.append((a, b))
-    return out
-
-
 def unique_edit(lines: list[str], hunk: Hunk) -> tuple[str, str]:
     """`old` and `new` for edit_file making `hunk` in the file of `lines`: the changed
     lines, indentation of the first cut off, widened by neighbouring lines until `old`
@@ -158,7 +148,7 @@ def unique_edit(lines: list[str], hunk: Hunk) -> tuple[str, str]:
     if tuple(lines[hunk.start : end]) != hunk.old:
         raise ValueError(f"the file does not hold the lines of a hunk at line {hunk.start + 1}")
     text = "\n".join(lines)
-    for a, b in _windows(hunk.start, end, len(lines)):
+    for a, b in edit_windows(hunk.start, end, len(lines)):
         old = "\n".join(lines[a:b])
         new = "\n".join([*lines[a : hunk.start], *hunk.new, *lines[end:b]])
         indent = old[: len(old) - len(old.lstrip())]

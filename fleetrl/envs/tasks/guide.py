@@ -82,3 +82,16 @@ def slip_opening(guide: Guide, task: Task, tokenizer: Tokenizer, then: TokenPoli
 
     turns = guide.steps(task, SLIP).index(SLIP) + 1
     return Handover(guide.policy([task], SLIP, tokenizer), turns, then)
+
+
+def edit_windows(start: int, end: int, n_lines: int) -> list[tuple[int, int]]:
+    """Line ranges around lines[start:end] of a file of `n_lines` lines, smallest first, one
+    more line above before one more below: where a guide widens an edit until its `old`
+    text occurs once in the file."""
+    out = []
+    for extra in range(n_lines + 1):
+        for up in range(extra, -1, -1):
+            a, b = start - up, end + extra - up
+            if a >= 0 and b <= n_lines and b > a:
+                out.append((a, b))
+    return out
