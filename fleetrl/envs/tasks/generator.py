@@ -87,7 +87,13 @@ def repo_files(repo_dir: Path) -> list[str]:
     when it is a git checkout, else every file outside hidden and build folders."""
     if (repo_dir / ".git").exists():
         listed = git(repo_dir, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
-        return sorted(p for p in set(listed.split("\0")) if p and (repo_dir / p).is_file())
+        # Bytecode of the user's own runs, where not ignored, is compiled from the unmutated
+        # code and the tests: in a task's repository it would hand the agent the fix.
+        return sorted(
+            p
+            for p in set(listed.split("\0"))
+            if p and not p.endswith((".pyc", ".pyo")) and (repo_dir / p).is_file()
+        )
     files = []
     for root, dirs, names in os.walk(repo_dir):
         dirs[:] = [d for d in dirs if not d.startswith(".") and d not in _SKIP_DIRS]
