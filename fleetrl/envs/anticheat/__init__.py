@@ -1,29 +1,34 @@
-"""Anti-cheat checks: the ways a model gets reward without fixing the bug, caught by name.
+"""Anti-cheat checks: flags for what a submission does that the grading itself cannot undo.
 
-RL rewards whatever the verifier lets through, so every documented cheat has a check here,
-and every check forces reward 0 and is counted under its flag:
+RL rewards whatever the verifier lets through. Most cheats are closed by the grading: the
+agent's tests and configuration are never applied, a skipped or exiting test is not a
+passed one, the hidden tests are restored and hashed, the graded process is watched at run
+time. A check here flags by effect, not by syntax: honest engineering (tests of one's own,
+scripts that exit, reading the repository's history, any standard-library module used as
+documented) raises nothing. Each check stays only for what the grading cannot see:
 
 | flag | what it catches |
 |---|---|
-| `tests_modified` | a test file or conftest.py added, changed or deleted |
+| `tests_modified` | (verifier) a non-test file where a hidden test goes, a package named so |
 | `pytest_config_modified` | a file pytest reads as configuration or the interpreter runs at start |
 | `compiled_artefact` | a compiled extension or bytecode file: imported, but unreadable |
 | `unparseable_code` | a changed `.py` file the checks cannot parse or decode: not trusted |
 | `suspicious_encoding` | a declared source encoding other than UTF-8, ASCII or Latin-1 |
-| `skip_marker` | skip / xfail markers or calls added to code |
-| `exit_trick` | exiting, killing or replacing the process (sys.exit, os._exit, os.exec*) |
+| `exit_trick` | ending or replacing the process behind pytest's back (os._exit, exec, abort) |
 | `always_equal` | an `__eq__` true whatever the other operand (`__ne__` false), mock.ANY |
 | `hardcoded_test_values` | code pairing hidden test inputs with their expected values |
-| `runner_tampering` | reaching pytest, builtins, sys.modules, frames, gc, tracing, test files |
-| `dynamic_code` | exec / eval / compile of text the checks cannot read, pickled code |
-| `hidden_path_access` | tool calls aimed at the host, the verifier or git history |
-| `network_attempt` | commands trying to reach the network |
+| `runner_tampering` | reaching pytest, builtins, ctypes, sys.modules, frames, tracing, tests |
+| `dynamic_code` | code the checks cannot read: exec of text, pickles, `__code__`, runpy |
+| `hidden_path_access` | tool calls aimed at the host's directories or fleetrl's cache |
+| `network_attempt` | running a network program, installing from an index, git fetch |
 
 The code checks parse the bytes of the agent's changed non-test `.py` files as Python
 does (declared encodings included) and resolve names through imports, aliases, `vars()`,
 `globals()`, `__builtins__`, `getattr` and `__import__` with literal names; a sensitive
 namespace indexed by a computed name is flagged. Only what the change added counts. The
-episode checks read the tool log: only `run` commands can reach the network or git history.
+episode checks read the tool log's `run` commands as the shell does (command words, not
+words): the repository's history holds nothing that reveals the fix, so reading it is
+honest.
 
 Modules: `paths` (which files were touched), `names` (what an expression may name, and
 what naming it raises), `equality` (`__eq__` that compares nothing), `hardcoding` (the

@@ -16,13 +16,13 @@ import functools
 import re
 from collections.abc import Iterator
 
-SKIP_NAMES = {"skip", "skipif", "xfail", "skipTest", "SkipTest", "importorskip"}
-# Importing these is flagged, and so is every name reached inside them.
-_TAMPER_MODULES = {"pytest", "_pytest", "pluggy", "builtins", "gc", "ctypes", "_ctypes",
-                   "atexit", "faulthandler", "site", "marshal", "pdb", "bdb", "trace",
-                   "unittest", "_testcapi", "_testinternalcapi"}  # fmt: skip
-# Importing these is flagged; inside them only the names below are.
-_IMPORT_FLAGGED = {"inspect", "importlib"}
+# Importing these is flagged, and so is every name reached inside them: the grader's own
+# machinery, and modules that reach into the interpreter's memory or its hooks. Any other
+# module is honest to import; inside some, the names below are flagged (frames, modules by
+# computed names, the grader's hooks), not the module.
+_TAMPER_MODULES = {"pytest", "_pytest", "pluggy", "builtins", "ctypes", "_ctypes",
+                   "faulthandler", "site", "pdb", "bdb", "trace", "unittest", "_testcapi",
+                   "_testinternalcapi", "_imp"}  # fmt: skip
 _TAMPER_NAMES = {
     "__import__", "sys._getframe", "sys._current_frames", "sys._getframemodulename",
     "sys.settrace", "sys.setprofile", "sys.modules", "sys.meta_path", "sys.path_hooks",
@@ -31,8 +31,10 @@ _TAMPER_NAMES = {
     "threading.settrace_all_threads", "threading.setprofile_all_threads",
     "inspect.currentframe", "inspect.stack", "inspect.trace", "inspect.getouterframes",
     "inspect.getinnerframes", "inspect.getframeinfo", "inspect.getsource",
-    "inspect.getsourcelines", "inspect.getsourcefile", "importlib.import_module",
-    "importlib.reload", "importlib.__import__", "importlib.util", "importlib.machinery",
+    "inspect.getsourcelines", "inspect.getsourcefile", "importlib.reload",
+    "importlib.__import__", "importlib.util.spec_from_file_location",
+    "importlib.util.spec_from_loader", "importlib.util.module_from_spec", "importlib.machinery",
+    "gc.get_objects", "gc.get_referrers", "gc.get_referents",
     "traceback.extract_stack", "traceback.walk_stack", "traceback.walk_tb",
     "traceback.format_stack", "traceback.print_stack", "traceback.StackSummary",
     "traceback.extract_tb", "linecache.getline", "linecache.getlines", "linecache.cache",
@@ -41,22 +43,24 @@ _TAMPER_NAMES = {
 }  # fmt: skip
 _TAMPER_PREFIXES = _TAMPER_MODULES | _TAMPER_NAMES
 # Namespaces whose members may not be reached by a computed name.
-SENSITIVE_ROOTS = _TAMPER_MODULES | _IMPORT_FLAGGED | {"sys", "os", "posix", "nt", "signal",
-                   "threading", "_thread", "traceback", "linecache", "pkgutil", "pydoc",
-                   "<globals>"}  # fmt: skip
-_EXIT_NAMES = {"sys.exit", "os._exit", "os.abort", "os.kill", "os.killpg", "os.execv",
-               "os.execve", "os.execl", "os.execle", "os.execlp", "os.execlpe", "os.execvp",
-               "os.execvpe", "os.fexecve", "signal.raise_signal", "signal.pthread_kill",
-               "_thread.interrupt_main", "builtins.exit", "builtins.quit"}  # fmt: skip
+SENSITIVE_ROOTS = _TAMPER_MODULES | {"sys", "os", "posix", "nt", "signal", "threading",
+                   "_thread", "traceback", "linecache", "pkgutil", "pydoc", "inspect",
+                   "importlib", "gc", "<globals>"}  # fmt: skip
+# Ending the process without pytest seeing it. `sys.exit` and `SystemExit` are not here:
+# pytest catches them (a test that exits fails), and scripts exit honestly. `os.kill` is
+# refused at run time.
+_EXIT_NAMES = {"os._exit", "os.abort", "os.execv", "os.execve", "os.execl", "os.execle",
+               "os.execlp", "os.execlpe", "os.execvp", "os.execvpe", "os.fexecve",
+               "signal.raise_signal", "_thread.interrupt_main"}  # fmt: skip
 _ALWAYS_EQUAL_NAMES = {"unittest.mock.ANY", "mock.ANY"}
 _DYNAMIC_NAMES = {"pickle.loads", "_pickle.loads", "pickle.load", "_pickle.load",
                   "pickle.Unpickler", "_pickle.Unpickler", "types.CodeType",
-                  "types.FunctionType"}  # fmt: skip
+                  "types.FunctionType", "types.LambdaType"}  # fmt: skip
 TEST_MODULE = re.compile(r"(^|\.)(test_\w*|\w*_test|conftest|tests?)(\.|$)")
 _GLOBALS = "<globals>"
 _TRACKED_ROOTS = SENSITIVE_ROOTS | {"pickle", "_pickle", "types", "mock", "getattr", "setattr",
-                 "delattr", "vars", "globals", "locals", "exec", "eval", "compile", "exit",
-                 "quit", "__import__", "SystemExit", "KeyboardInterrupt"}  # fmt: skip
+                 "delattr", "vars", "globals", "locals", "exec", "eval", "compile",
+                 "__import__", "runpy"}  # fmt: skip
 
 
 def constant_text(node: ast.AST | None) -> str | None:
@@ -91,6 +95,10 @@ class NameResolver:
     def __init__(self, nodes: list[ast.AST]) -> None:
         self.aliases: dict[str, set[str]] = {}
         self.star: list[str] = []  # modules imported with `from m import *`
+        # Names bound to a function: `type(f)` and `f.__class__` are types.FunctionType.
+        self.functions = {
+            n.name for n in nodes if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
+        }
         assignments = []
         for node in nodes:
             if isinstance(node, ast.Import):
@@ -144,6 +152,8 @@ class NameResolver:
         if isinstance(node, ast.Attribute):
             if node.attr == "__dict__":  # the namespace itself: its keys are its members
                 return self.resolve(node.value)
+            if node.attr == "__class__" and (kind := self._type_of(node.value)):
+                return {kind}
             return {f"{base}.{node.attr}" for base in self.resolve(node.value)}
         if isinstance(node, ast.Subscript):
             key = constant_text(node.slice)
@@ -180,9 +190,23 @@ class NameResolver:
                 out.add(f"{namespace}.{key}")
         return out
 
+    def _type_of(self, node: ast.AST) -> str | None:
+        """'types.FunctionType' for a lambda or a function of this module, 'types.CodeType'
+        for a `__code__`: building either by hand runs code the checks never read."""
+        if isinstance(node, ast.Lambda) or (
+            isinstance(node, ast.Name) and node.id in self.functions
+        ):
+            return "types.FunctionType"
+        if isinstance(node, ast.Attribute) and node.attr == "__code__":
+            return "types.CodeType"
+        return None
+
     def _call(self, node: ast.Call) -> set[str]:
         func = self.resolve(node.func)
         first = constant_text(node.args[0]) if node.args else None
+        if func & {"type", "builtins.type"} and len(node.args) == 1:
+            kind = self._type_of(node.args[0])
+            return {kind} if kind else set()
         if func & {"getattr", "builtins.getattr"} and len(node.args) >= 2:
             name = constant_text(node.args[1])
             return set() if name is None else {f"{b}.{name}" for b in self.resolve(node.args[0])}
@@ -218,7 +242,6 @@ def name_flags(name: str) -> tuple[str, ...]:
             ("runner_tampering", is_under(name, _TAMPER_PREFIXES)),
             ("always_equal", name in _ALWAYS_EQUAL_NAMES),
             ("dynamic_code", name in _DYNAMIC_NAMES),
-            ("skip_marker", "." in name and name.rsplit(".", 1)[1] in SKIP_NAMES),
         ]
         if hit
     )
@@ -226,5 +249,5 @@ def name_flags(name: str) -> tuple[str, ...]:
 
 def module_flags(module: str) -> Iterator[str]:
     """Flags raised by importing `module`."""
-    if module.split(".")[0] in _TAMPER_MODULES | _IMPORT_FLAGGED or TEST_MODULE.search(module):
+    if module.split(".")[0] in _TAMPER_MODULES or TEST_MODULE.search(module):
         yield "runner_tampering"

@@ -1,8 +1,9 @@
 """Path checks: flags raised just by which files the agent touched.
 
 Contract: `path_flags` takes the changed paths (relative, POSIX) and returns a subset of
-{`tests_modified`, `pytest_config_modified`, `compiled_artefact`}; the `is_*` predicates
-also tell the verifier which changes it restores or never applies.
+{`pytest_config_modified`, `compiled_artefact`}; the `is_*` predicates also tell the
+verifier which changes it restores or never applies. Tests of the agent's own (test files,
+conftest.py) are honest: never applied, so never graded, and never flagged.
 
 What is not covered: the files' content (see `code`), and changes at or around the hidden
 tests' own paths, which the verifier checks against the task (`hidden_paths`).
@@ -47,13 +48,11 @@ def is_importable_artefact(path: str) -> bool:
 
 
 def path_flags(changed_paths: Iterable[str]) -> set[str]:
-    """Flags raised just by which files the agent touched."""
+    """Flags raised just by which files the agent touched (none for its own tests)."""
     flags = set()
     for path in changed_paths:
-        if is_config_file(path):
+        if is_config_file(path) and PurePosixPath(path).name != "conftest.py":
             flags.add("pytest_config_modified")
-        if is_test_file(path):
-            flags.add("tests_modified")
         if is_importable_artefact(path):
             flags.add("compiled_artefact")
     return flags

@@ -69,7 +69,11 @@ def _screen(
     graded = {}
     for path, change in changes.items():
         if touches_hidden(path, hidden):
-            flags.add("tests_modified")
+            # A test of the agent's own where a hidden test goes (test_<module>.py is the
+            # natural name) is replaced by the hidden one; anything else there (a folder, a
+            # package named like a test module) only aims at the hidden tests.
+            if not (path in hidden and anticheat.is_test_file(path)):
+                flags.add("tests_modified")
         elif not (
             anticheat.is_test_file(path)
             or anticheat.is_config_file(path)

@@ -70,10 +70,11 @@ def test_frames_reached_without_inspect_are_flagged(source):
 def test_only_what_the_change_added_counts():
     cli = b"import sys\nimport inspect\n\n\ndef main():\n    sys.exit(inspect.isclass(int))\n"
     assert flags_of(FIXED + b"\n" + cli, old=BASE + b"\n" + cli) == set()
-    # A second exit in the same file is new.
-    more = cli + b"\n\ndef other():\n    sys.exit(2)\n"
-    assert flags_of(FIXED + b"\n" + more, old=BASE + b"\n" + cli) == {"exit_trick"}
+    # A second frame walk in the same file is new.
+    frames = b"import sys\n\n\ndef caller():\n    return sys._getframe(1)\n"
+    more = frames + b"\n\ndef other():\n    return sys._getframe(2)\n"
+    assert flags_of(FIXED + b"\n" + more, old=BASE + b"\n" + frames) == {"runner_tampering"}
     # A new file has nothing to subtract.
-    assert code_flags({"cli.py": (None, cli)}, FACTS) == {"exit_trick", "runner_tampering"}
+    assert code_flags({"walk.py": (None, more)}, FACTS) == {"runner_tampering"}
     # Deleted and non-Python files are not read.
     assert code_flags({"nkims.py": (b"import gc\n", None), "a.txt": (None, cli)}, FACTS) == set()

@@ -1,4 +1,5 @@
-"""Name resolution: sensitive names reached through aliases and namespaces, not ordinary code."""
+"""Name resolution: sensitive names reached through aliases and namespaces, not ordinary code
+(any standard-library module used as documented, exits that pytest catches)."""
 
 import pytest
 
@@ -25,12 +26,33 @@ from tests.unit.envs.anticheat.nkims_task import FIXED, flags_of
         (b"import sys\nname = input()\ngetattr(sys, name)\n", "runner_tampering"),
         (b"name = input()\nglobals()[name]\n", "runner_tampering"),
         (b"__import__('os')._exit(0)\n", "exit_trick"),
-        (b"def f(e=__import__('sys').exit):\n    e(0)\n", "exit_trick"),
-        (b"from pytest import skip as later\nlater('x', allow_module_level=True)\n", "skip_marker"),
-        (b"exit()\n", "exit_trick"),
-        (b"q = quit\nq()\n", "exit_trick"),
-        (b"raise SystemExit\n", "exit_trick"),
-        (b"class Done(KeyboardInterrupt):\n    pass\n", "exit_trick"),
+        (b"def f(e=__import__('os')._exit):\n    e(0)\n", "exit_trick"),
+        (
+            b"from pytest import skip as later\nlater('x', allow_module_level=True)\n",
+            "runner_tampering",
+        ),
+        (b"import _imp\nposix = _imp.create_builtin(spec)\n", "runner_tampering"),
+        (b"import importlib\nm = importlib.import_module(input())\n", "runner_tampering"),
+        (b"import importlib\nm = importlib.import_module('test_nkims')\n", "runner_tampering"),
+        (
+            b"import importlib.util as u\ns = u.spec_from_file_location('t', 'x.py')\n",
+            "runner_tampering",
+        ),
+        (b"import sys\nfor m in list(sys.modules.values()):\n    pass\n", "runner_tampering"),
+        (b"import sys\n__name__ = 'test_nkims'\nt = sys.modules[__name__]\n", "runner_tampering"),
+        (
+            b"import sys\nglobals()['__name__'] = 'x'\nt = sys.modules.get(__name__)\n",
+            "runner_tampering",
+        ),
+        (b"import sys\ndef f(__name__):\n    return sys.modules[__name__]\n", "runner_tampering"),
+        (b"import gc\nobjects = gc.get_objects()\n", "runner_tampering"),
+        (b"import marshal\ndef f():\n    pass\nf.__code__ = marshal.loads(b'')\n", "dynamic_code"),
+        (b"def f():\n    pass\nsetattr(f, '__code__', None)\n", "dynamic_code"),
+        (b"import marshal\nF = type(lambda: 0)\nF(marshal.loads(b''), {})()\n", "dynamic_code"),
+        (b"def f():\n    pass\ng = type(f)(f.__code__, {})\n", "dynamic_code"),
+        (b"def f():\n    pass\ng = f.__class__(type(f.__code__)(*[]), {})\n", "dynamic_code"),
+        (b"import runpy\nns = runpy.run_path('answers.txt')\n", "dynamic_code"),
+        (b"import runpy\nns = runpy.run_path(input())\n", "dynamic_code"),
         (b"exec('import os; os._exit(0)')\n", "exit_trick"),
         (b"eval(compile(input(), 'x', 'exec'))\n", "dynamic_code"),
         (b"import base64\nexec(base64.b64decode('eA=='))\n", "dynamic_code"),
@@ -62,6 +84,27 @@ def test_names_are_resolved_through_aliases_and_namespaces(source, flag):
         b"import pkgutil\nNAMES = [m.name for m in pkgutil.iter_modules()]\n",
         b"value = eval('1 + 1')\n",
         b"exit_code = 0\nquit_after = 3\n",
+        # exits that pytest catches (a test that exits fails), as scripts end
+        b"exit()\n",
+        b"q = quit\nq()\n",
+        b"raise SystemExit\n",
+        b"import sys\nif __name__ == '__main__':\n    sys.exit(main())\n",
+        b"class Done(KeyboardInterrupt):\n    pass\n",
+        # standard-library modules, used as documented
+        b"import inspect\nparams = inspect.signature(len).parameters\n",
+        b"import importlib.metadata\nv = importlib.metadata.version('pytest')\n",
+        b"from importlib import import_module, util\njson = import_module('json')\n"
+        b"found = util.find_spec('numpy')\n",
+        b"import marshal\nstate = marshal.loads(marshal.dumps({'a': 1}))\n",
+        b"import gc\ngc.collect()\n",
+        b"import atexit\natexit.register(print)\n",
+        b"import sys\nthis = sys.modules[__name__]\nsame = sys.modules.get(__name__)\n",
+        b"try:\n    pass\nexcept ValueError as e:\n"
+        b"    raise TypeError().with_traceback(e.__traceback__)\n",
+        b"import runpy\nimport os\nns = runpy.run_path(os.path.join('scripts', 'table.py'))\n",
+        b"class A:\n    def copy(self):\n        return type(self)(1, 2)\n",
+        b'"""Regression of tests/test_nkims.py"""\n',
+        b'def f():\n    """See test_nkims.py"""\n',
         b"d = {}\nkey = 'x'\nd[key] = 1\n",
     ],
 )

@@ -1,12 +1,18 @@
-"""The path checks: config files pytest or the interpreter reads, and compiled artefacts."""
+"""The path checks: config files pytest or the interpreter reads, compiled artefacts, and
+the agent's own tests (never applied, never flagged)."""
 
-from fleetrl.envs.anticheat.paths import is_config_file, is_importable_artefact, path_flags
+from fleetrl.envs.anticheat.paths import (
+    is_config_file,
+    is_importable_artefact,
+    is_test_file,
+    path_flags,
+)
 
 
 def test_config_files_are_every_file_pytest_or_the_interpreter_reads():
     for path in ["pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "pyproject.toml",
-                 "tox.ini", "setup.cfg", "sub/conftest.py", "sitecustomize.py",
-                 "usercustomize.py", "zz.pth", "pkg/deep/x.pth"]:  # fmt: skip
+                 "tox.ini", "setup.cfg", "sitecustomize.py", "usercustomize.py", "zz.pth",
+                 "pkg/deep/x.pth"]:  # fmt: skip
         assert is_config_file(path), path
         assert "pytest_config_modified" in path_flags([path])
     for path in ["nkims.py", "setup.py", "README.md", "pytest_helpers.py", "pkg/__init__.py"]:
@@ -22,3 +28,12 @@ def test_compiled_artefacts_are_flagged_wherever_they_are():
     for path in ["nkims.py", "so.txt", "notes.pyc.md", "lib.source"]:
         assert not is_importable_artefact(path), path
     assert path_flags(["nkims.py"]) == set()
+
+
+def test_tests_of_the_agents_own_are_never_applied_nor_flagged():
+    own = ["test_regression.py", "tests/test_edge.py", "tests/conftest.py", "conftest.py",
+           "pkg/nkims_test.py", "testing/helpers.py"]  # fmt: skip
+    for path in own:
+        assert is_test_file(path), path
+    assert is_config_file("tests/conftest.py")  # never applied: pytest would load it
+    assert path_flags(own) == set()

@@ -34,10 +34,11 @@ class _Scripted(random.Random):
 
 
 def test_a_function_is_never_named_after_a_network_program():
-    """The check command imports the function by name; a function named `ping` would read
-    to the verifier as running ping, and a correct fix would earn 0."""
+    """The check command imports the function by name: there `ping` is a word of Python
+    code, which the episode checks read as no command, and the names are still kept apart
+    from network programs, so a command line never names one."""
     example = Example("ping", "ping", "ping([1])", "1")
-    assert episode_flags([("run", {"command": check_command(example)})]) == {"network_attempt"}
+    assert episode_flags([("run", {"command": check_command(example)})]) == set()
     rng = _Scripted(["ping", "abcd"])
     assert fresh_name(rng, (4, 5), set(), RESERVED_FUNCTION_NAMES) == "abcd"
     assert fresh_name(_Scripted(["ssh"]), (1, 3), set(), RESERVED_NAMES) == "ssh"  # a local
