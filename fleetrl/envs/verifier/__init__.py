@@ -37,7 +37,9 @@ for every submission.
 
 Modules, in the order a submission meets them: `changes` (what the agent changed, read
 without trusting it), `hidden` (which files the hidden tests are, and their restoration into
-the grading copy), `runner` (the graded run: a fresh sandbox, pytest's configuration, the
+the grading copy), `honeypots` and `honeypot_checks` (tests every correct solution fails,
+planted beside the hidden tests in every grading: one that passes is `tampering`),
+`runner` (the graded run: a fresh sandbox, pytest's configuration, the
 agent's files applied, the grader runner started), `judge` (the runner's report,
 cross-checked on the host), `cache` (one grading per identical submission: the process's
 `OUTCOMES`) and `verdict` (`verify`: the anti-cheat screening, the cached graded run, the

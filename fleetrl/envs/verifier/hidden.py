@@ -6,8 +6,10 @@ path would replace one of them, stand where one goes, or shadow one as a package
 `hidden_test_sources` gives the added lines of each Python one, for the anti-cheat
 literal checks;
 `restore_hidden_tests` applies test_patch to a pristine grading copy, before any file of
-the agent's is there, and returns the sha256 of every hidden file, or raises
-`VerifierError` when the task itself cannot be graded (its test_patch does not apply).
+the agent's is there, plants the grading's honeypot tests in the hidden test modules when
+given a `Honeypots` (`fleetrl.envs.verifier.honeypots`), and returns the sha256 of every
+hidden file as the copy then holds it (honeypots included), or raises `VerifierError` when
+the task itself cannot be graded (its test_patch does not apply).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import hashlib
 import re
 
 from fleetrl.envs.sandbox import Sandbox
+from fleetrl.envs.verifier.honeypots import Honeypots
 from fleetrl.types import Task
 
 _PATCH_NAME = ".fleetrl-hidden-tests.patch"
@@ -73,8 +76,11 @@ def hidden_test_sources(task: Task) -> list[str]:
     return added_python_sources(task.test_patch)
 
 
-def restore_hidden_tests(sandbox: Sandbox, task: Task, hidden: set[str]) -> dict[str, str]:
-    """Apply test_patch to the pristine copy; the sha256 of every hidden file after it."""
+def restore_hidden_tests(
+    sandbox: Sandbox, task: Task, hidden: set[str], honeypots: Honeypots | None = None
+) -> dict[str, str]:
+    """Apply test_patch to the pristine copy, plant `honeypots` (then in
+    `honeypots.planted`); the sha256 of every hidden file after it."""
     if task.test_patch.strip():
         sandbox.write_file(_PATCH_NAME, task.test_patch)
         applied = sandbox.exec(
@@ -83,6 +89,8 @@ def restore_hidden_tests(sandbox: Sandbox, task: Task, hidden: set[str]) -> dict
         )
         if not applied.ok:
             raise VerifierError(f"{task.instance_id}: test_patch does not apply: {applied.stderr}")
+    if honeypots is not None:
+        honeypots.plant(sandbox, task)  # before the hashes: the host's checks cover them too
     hashes = {}
     for path in hidden:
         try:

@@ -5,15 +5,22 @@ truncation the host saw) into a `RunOutcome`: node id -> passed | failed | error
 missing | timeout, plus the flags of whatever in the report contradicts itself or the host
 (`report_inconsistent`, `hidden_tests_changed`, `runtime_tampering`). No secret exists: the
 records are trusted only as far as they agree with each other and with the host.
+
+With the grading's honeypots (`fleetrl.envs.verifier.honeypots.Planted`), the records name
+the tests as the grading copy does (renamed graded tests, honeypots): the graded tests'
+outcomes are given under the task's node ids, the honeypots' apart, and a honeypot that
+passed is `tampering` (every correct solution fails it). Any other outcome of a honeypot
+(failed, or skipped, error, missing like the tests around it) is no evidence either way.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from fleetrl.envs.sandbox import ExecResult
+from fleetrl.envs.verifier.honeypots import Planted
 
 
 @dataclass(frozen=True)
@@ -22,6 +29,7 @@ class RunOutcome:
 
     tests: dict[str, str]  # node id -> outcome, as in VerifyResult.tests
     flags: frozenset[str] = frozenset()  # what the host's cross-checks of the report found
+    honeypots: dict[str, str] = field(default_factory=dict)  # honeypot node id -> outcome
 
 
 def _outcome(phases: dict[str, str]) -> str:
@@ -36,17 +44,22 @@ def _outcome(phases: dict[str, str]) -> str:
     return "passed" if call == "passed" else "failed"
 
 
-def judge_report(run: ExecResult, tests: list[str], hashes: dict[str, str]) -> RunOutcome:
+def judge_report(
+    run: ExecResult, tests: list[str], hashes: dict[str, str], planted: Planted | None = None
+) -> RunOutcome:
     """Per-test outcomes from the runner's records, cross-checked against what the host saw.
 
     The records are trusted only as far as they agree with each other and with the host:
     any malformed, duplicate or unknown line, a final record missing after a clean exit or
     not matching the real exit status or the outcomes gives `report_inconsistent`; a hidden
     test collected with other bytes than the host hashed, `hidden_tests_changed`; anything
-    the runner refused or saw rebound, `runtime_tampering`.
+    the runner refused or saw rebound, `runtime_tampering`; a honeypot of `planted` that
+    passed, `tampering`.
     """
+    planted = planted or Planted()
+    task_ids = {planted.renamed.get(test, test): test for test in tests}  # copy's id -> task's
     flags: set[str] = set()
-    phases: dict[str, dict[str, str]] = {test: {} for test in tests}
+    phases: dict[str, dict[str, str]] = {test: {} for test in [*task_ids, *planted.traps]}
     collected: dict[str, str] = {}
     final: dict[str, Any] | None = None
     for line in run.stdout.splitlines():
@@ -59,7 +72,10 @@ def judge_report(run: ExecResult, tests: list[str], hashes: dict[str, str]) -> R
             if final is not None:
                 raise ValueError("a record after the final one")
             if kind == "report":
-                seen = phases[record["nodeid"]]  # KeyError: a test nobody asked for
+                nodeid = record["nodeid"]
+                if nodeid not in phases and planted.trap_of(nodeid):  # a parametrized one's row
+                    phases[nodeid] = {}
+                seen = phases[nodeid]  # KeyError: a test nobody asked for
                 if record["when"] in seen or record["when"] not in ("setup", "call", "teardown"):
                     raise ValueError("a phase reported twice")
                 seen[record["when"]] = str(record["outcome"])
@@ -75,12 +91,15 @@ def judge_report(run: ExecResult, tests: list[str], hashes: dict[str, str]) -> R
             flags.add("report_inconsistent")
     if run.output_truncated:
         flags.add("report_inconsistent")
-    outcomes = {test: _outcome(phases[test]) for test in tests}
+    outcomes = {test: _outcome(seen) for test, seen in phases.items()}
+    for trap in planted.traps:  # a row reported stands for its function
+        if not phases[trap] and any(planted.trap_of(t) == trap for t in outcomes if t != trap):
+            del outcomes[trap]
     for path, digest in collected.items():
         if path in hashes and hashes[path] != digest:
             flags.add("hidden_tests_changed")
-    test_files = {test.split("::")[0] for test in tests}
-    if any(phases[t] for t in tests) and not all(f in collected for f in test_files if f in hashes):
+    test_files = {test.split("::")[0] for test in phases}
+    if any(phases.values()) and not all(f in collected for f in test_files if f in hashes):
         flags.add("report_inconsistent")  # outcomes of a test file nobody saw collected
     if final is None:
         if run.exit_code == 0 and not run.timed_out:
@@ -98,4 +117,8 @@ def judge_report(run: ExecResult, tests: list[str], hashes: dict[str, str]) -> R
             or (clean and not none_failed)
         ):
             flags.add("report_inconsistent")
-    return RunOutcome(outcomes, frozenset(flags))
+    traps = {t: o for t, o in outcomes.items() if t not in task_ids}
+    if "passed" in traps.values():
+        flags.add("tampering")  # a test every correct solution fails
+    graded = {task_ids[t]: o for t, o in outcomes.items() if t in task_ids}
+    return RunOutcome(graded, frozenset(flags), traps)

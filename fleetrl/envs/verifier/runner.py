@@ -1,7 +1,8 @@
 """The graded run: the hidden tests under the grader runner, in a fresh sandbox.
 
 Contract: `run_hidden_tests` opens a fresh sandbox over the pristine repository, restores
-the hidden tests there (hashed, before any file of the agent's lands), pins pytest's
+the hidden tests there with the grading's honeypot tests beside them
+(`fleetrl.envs.verifier.honeypots`; hashed, before any file of the agent's lands), pins pytest's
 configuration to the pristine repository's own (or the runner's empty one), writes the
 applied changes in, runs `fleetrl/envs/verifier/grader_runner.py` on them (python -I, a read-only
 workspace under bwrap, only pytest's own plugins) and returns what `judge_report` makes of
@@ -29,6 +30,7 @@ from fleetrl.envs.sandbox import Limits, Sandbox, open_sandbox
 from fleetrl.envs.sandbox.bwrap import BwrapSandbox
 from fleetrl.envs.verifier.changes import MAX_FILE_BYTES
 from fleetrl.envs.verifier.hidden import hidden_paths, restore_hidden_tests
+from fleetrl.envs.verifier.honeypots import Honeypots
 from fleetrl.envs.verifier.judge import RunOutcome, judge_report
 from fleetrl.files import cache_dir
 from fleetrl.types import Task
@@ -133,10 +135,12 @@ def run_hidden_tests(
     runner = runner_dir()
     ro_paths = sorted({sys.prefix, sys.base_prefix, str(runner)})
     with open_sandbox(repo, limits=limits, ro_paths=ro_paths) as sandbox:
-        hashes = restore_hidden_tests(sandbox, task, hidden)
+        honeypots = Honeypots()  # fresh for this grading, planted before the agent's files
+        hashes = restore_hidden_tests(sandbox, task, hidden, honeypots)
         config = _pytest_config(sandbox, repo, hidden)
         _apply(sandbox, repo, applied)
-        spec = {"rootdir": sandbox.workdir, "config": config, "tests": tests}
+        run_ids = honeypots.planted.run_ids(tests)  # the graded tests as the copy names them
+        spec = {"rootdir": sandbox.workdir, "config": config, "tests": run_ids}
         spec["protected"] = sorted(hidden)
         argv = [sys.executable, "-I", "-B", str(runner / "grader_runner.py"), json.dumps(spec)]
         # Only pytest's own plugins: whatever the host's Python has installed (hypothesis,
@@ -146,4 +150,4 @@ def run_hidden_tests(
             run = sandbox.exec(argv, timeout=timeout, env=env, read_only=True)
         else:
             run = sandbox.exec(argv, timeout=timeout, env=env)
-    return judge_report(run, tests, hashes)
+    return judge_report(run, tests, hashes, honeypots.planted)

@@ -4,7 +4,8 @@ Contract: `verify` screens the agent's changes (the anti-cheat flags, and the ch
 may be applied: no test file, nothing where a hidden test goes, no configuration, no
 compiled artefact), gets the hidden tests' outcome through the process's outcome cache (the
 anti-cheat checks still run for every submission), and returns a `VerifyResult`: reward 1
-iff every graded test passed and no flag was raised. It never raises for the agent's
+iff every graded test passed and no flag was raised (a honeypot test that passed, which
+every correct solution fails, is the flag `tampering`). It never raises for the agent's
 content (a check or a grading that fails on it is `grader_error`); only `VerifierError`
 (the task is broken), `SandboxUnavailable` and `GraderUnavailable` (this machine cannot
 grade: no sandbox, no pytest) get through.
@@ -46,6 +47,9 @@ class VerifyResult:
     flags: list[str]  # anti-cheat flags raised (any one forces reward 0)
     duration_s: float  # wall time of the grading
     applied: list[str] = field(default_factory=list)  # agent files applied to the copy
+    # Honeypot tests graded beside the real ones (0: none could be made from this task's
+    # tests); one that passed is the flag `tampering`.
+    honeypots: int = 0
 
     def to_json(self) -> dict[str, Any]:
         """The `fleetrl verify --json` document."""
@@ -54,6 +58,7 @@ class VerifyResult:
             "tests": self.tests,
             "flags": self.flags,
             "duration_s": self.duration_s,
+            "honeypots": self.honeypots,
         }
 
 
@@ -127,6 +132,7 @@ def verify(
         flags=sorted(flags),
         duration_s=time.monotonic() - start,
         applied=sorted(graded),
+        honeypots=len(run.honeypots),
     )
 
 

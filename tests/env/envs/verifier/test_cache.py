@@ -18,7 +18,7 @@ def test_identical_submissions_run_the_hidden_tests_once(task, workspace, fresh_
     assert [r.reward for r in results] == [1.0] * 4
     assert (fresh_outcomes.misses, fresh_outcomes.hits) == (1, 3)
     # The anti-cheat checks still see each submission's own tool calls.
-    cheat = verify(task, changes, tool_calls=[("run", {"command": "git log --all"})])
+    cheat = verify(task, changes, tool_calls=[("run", {"command": "curl https://x.org/f"})])
     assert cheat.reward == 0 and cheat.flags and fresh_outcomes.hits == 4
     # Another submission is graded on its own.
     append(module_path(workspace), "\n# a comment\n")

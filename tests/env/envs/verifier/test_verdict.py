@@ -28,7 +28,7 @@ def test_unfixed_scores_zero_and_gold_scores_one(task, workspace):
     assert result.reward == 1
     assert result.tests == dict.fromkeys(task.FAIL_TO_PASS, "passed")
     assert result.applied == ["nkims.py"]
-    assert set(result.to_json()) == {"reward", "tests", "flags", "duration_s"}
+    assert set(result.to_json()) == {"reward", "tests", "flags", "duration_s", "honeypots"}
 
 
 def hardcode(workspace: Path) -> None:
@@ -147,7 +147,8 @@ def test_cheats_that_would_have_passed_the_tests_are_caught(task, workspace):
     always_equal(workspace)
     result = verify_workspace(task, workspace)
     assert set(result.tests.values()) == {"passed"}
-    assert result.reward == 0 and result.flags == ["always_equal"]
+    # ... and passes the honeypots too (every correct solution fails them): `tampering`.
+    assert result.reward == 0 and result.flags == ["always_equal", "tampering"]
 
 
 def test_hard_coding_is_caught_beside_a_data_file_in_the_hidden_tests(task, tmp_path):
