@@ -47,6 +47,9 @@ ENTRY_POINTS = {
     "fleetrl.cli": "the console script",
     "fleetrl.cli.__main__": "python -m fleetrl.cli",
     "fleetrl.envs.verifier.grader_runner": "run by path inside each grading sandbox",
+    "fleetrl.envs.verifier.call_grader": "run by path in calls mode's grader sandbox",
+    "fleetrl.envs.verifier.call_worker": "run by path in calls mode's worker sandbox (and "
+    "loaded by path by call_grader for the wire)",
 }
 
 

@@ -40,9 +40,13 @@ class Sandbox(ABC):
         cmd: str | Sequence[str],
         timeout: float | None = None,
         env: Mapping[str, str] | None = None,
+        *,
+        pass_fds: Sequence[int] = (),
     ) -> ExecResult:
         """Run `cmd` (a bash string, or an argv list) in the workspace; `timeout` defaults
-        to `limits.wall_s`; `env` adds variables to the sandbox's fixed environment."""
+        to `limits.wall_s`; `env` adds variables to the sandbox's fixed environment;
+        `pass_fds` are descriptors of the caller that the command inherits under the same
+        numbers (pipes to another process: the verifier's calls mode)."""
 
     @abstractmethod
     def read_file(self, path: str, max_bytes: int | None = None) -> bytes:

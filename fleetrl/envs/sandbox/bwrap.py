@@ -193,10 +193,13 @@ class BwrapSandbox(Sandbox):
         timeout: float | None = None,
         env: Mapping[str, str] | None = None,
         *,
+        pass_fds: Sequence[int] = (),
         read_only: bool = False,
     ) -> ExecResult:
         """Run `cmd` in a fresh bwrap over the workspace (see `Sandbox.exec`); with
-        `read_only` the command sees the workspace read-only (the verifier's test run)."""
+        `read_only` the command sees the workspace read-only (the verifier's test run).
+        `pass_fds` reach the command as they do `--info-fd`: nsenter, sh and bwrap keep
+        the descriptors they inherit."""
         argv = command_argv(cmd, timeout)
         env_args: list[str] = []
         for key, value in {**self._env, **(env or {})}.items():
@@ -225,7 +228,7 @@ class BwrapSandbox(Sandbox):
                 kill=lambda proc: _kill(proc, group),
                 env={},
                 stdin=ns_fd,
-                pass_fds=(info_w,),
+                pass_fds=(info_w, *pass_fds),
                 on_start=self._started,
             )
             result.oom_killed = group.oom_killed()

@@ -60,6 +60,8 @@ class LocalSandbox(Sandbox):
         cmd: str | Sequence[str],
         timeout: float | None = None,
         env: Mapping[str, str] | None = None,
+        *,
+        pass_fds: Sequence[int] = (),
     ) -> ExecResult:
         """Run `cmd` on the host with the copy as cwd (no isolation)."""
         argv = command_argv(cmd, timeout)
@@ -79,6 +81,7 @@ class LocalSandbox(Sandbox):
                     **(env or {}),
                 },
                 cwd=self.workdir,
+                pass_fds=pass_fds,
                 on_start=self._started,
             )
         finally:

@@ -8,10 +8,10 @@ A suite plugs in with `register_suite`; the bundled `micro` and `product` suites
 registered here, so importing this module is enough to find them. `guide_for` hands out a
 task's guide (`fleetrl.envs.tasks.guide`): its suite's (the micro expert for the bundled
 ones), else the gold-patch guide for any task with a gold patch (a `fleetrl tasks make`
-folder's). A suite's repositories
-are written on first use by `fleetrl.envs.tasks.workspace.ensure_repo`, which asks the registry
-for the suite's `materialise`. Suites themselves never import this module: they hand over
-plain functions.
+folder's); `grading_for` says how the verifier runs a task's hidden tests (its suite's
+`grading`). A suite's repositories are written on first use by
+`fleetrl.envs.tasks.workspace.ensure_repo`, which asks the registry for the suite's
+`materialise`. Suites themselves never import this module: they hand over plain functions.
 
 Not covered: downloading suites; suites whose records change between calls.
 """
@@ -23,6 +23,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from fleetrl.config import TasksSection
 from fleetrl.envs.micro import suite as micro
@@ -41,11 +42,18 @@ class Suite:
     build: Callable[[], list[Task]]  # every record, in a fixed order; fast and deterministic
     materialise: Callable[[Task, Path], None]  # write a task's base tree into an empty folder
     guide: Guide | None = None  # its tasks' guide; None: the gold-patch guide
+    # How the verifier runs its hidden tests: "calls" (they call the code under test with
+    # plain data only, so they run in a process that never imports the workspace and each
+    # call crosses to another: fleetrl.envs.verifier.calls) or "pytest" (in-process, under
+    # the grader runner's defences).
+    grading: Literal["calls", "pytest"] = "pytest"
 
 
 _SUITES: dict[str, Suite] = {
-    "micro": Suite("micro", micro.build_suite, micro.materialise, MICRO_GUIDE),
-    "product": Suite("product", micro.build_product_suite, micro.materialise_product, MICRO_GUIDE),
+    "micro": Suite("micro", micro.build_suite, micro.materialise, MICRO_GUIDE, "calls"),
+    "product": Suite(
+        "product", micro.build_product_suite, micro.materialise_product, MICRO_GUIDE, "calls"
+    ),
 }
 
 
@@ -74,6 +82,13 @@ def guide_for(task: Task) -> Guide | None:
     if suite is not None and suite.guide is not None:
         return suite.guide
     return GOLD_PATCH_GUIDE if task.patch.strip() else None
+
+
+def grading_for(task: Task) -> str:
+    """How the verifier grades `task`: its suite's mode ("calls" or "pytest"); "pytest" for
+    a task of no registered suite (a task folder's, a renamed copy)."""
+    suite = _SUITES.get(task.suite)
+    return suite.grading if suite is not None else "pytest"
 
 
 def load_tasks(

@@ -25,6 +25,12 @@ the host saw and agrees with the outcomes, and nothing the audit hook refused; a
 else is reward 0 with a flag (`report_inconsistent`, `hidden_tests_changed`,
 `runtime_tampering`).
 
+Suites whose hidden tests call the code under test with plain data only (micro, product:
+`Suite.grading == "calls"`) grade in calls mode instead (`calls`): pytest runs the hidden
+tests in a sandbox that holds no code of the agent's (`call_grader`), and each call crosses
+to a second sandbox over the agent's files that holds no hidden test (`call_worker`), as
+plain data both ways. No agent code runs where the outcome is decided.
+
 A verdict for every input: names that are not UTF-8, links, FIFOs, huge files, or an
 anti-cheat check that fails get a flag, never an exception (`grader_error` for the last);
 only a task that cannot be graded at all (its test_patch does not apply to the pristine
@@ -40,7 +46,8 @@ without trusting it), `hidden` (which files the hidden tests are, and their rest
 the grading copy), `honeypots` and `honeypot_checks` (tests every correct solution fails,
 planted beside the hidden tests in every grading: one that passes is `tampering`),
 `runner` (the graded run: a fresh sandbox, pytest's configuration, the
-agent's files applied, the grader runner started), `judge` (the runner's report,
+agent's files applied, the grader runner started), `calls` (the graded run in calls mode:
+the grader and the worker, joined by two pipes), `judge` (the runner's report,
 cross-checked on the host), `cache` (one grading per identical submission: the process's
 `OUTCOMES`) and `verdict` (`verify`: the anti-cheat screening, the cached graded run, the
 reward).

@@ -1,9 +1,9 @@
 """The outcome cache: identical submissions run the hidden tests once.
 
-Contract: `submission_key` is what the hidden tests' outcomes depend on (the task's tests
-and the applied files); `OutcomeCache.outcomes` returns the outcome stored under a key, or
-grades it once while other threads asking for the same key wait; a grading that timed out
-is not kept. `OUTCOMES` is the process's cache; `verify` looks it up here at every
+Contract: `submission_key` is what the hidden tests' outcomes depend on (the task's tests,
+its grading mode and the applied files); `OutcomeCache.outcomes` returns the outcome stored
+under a key, or grades it once while other threads asking for the same key wait; a grading
+that timed out is not kept. `OUTCOMES` is the process's cache; `verify` looks it up here at every
 grading, so assigning `fleetrl.envs.verifier.cache.OUTCOMES` replaces it (tests and
 benchmarks do, to grade for real).
 
@@ -18,6 +18,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 
+from fleetrl.envs.tasks.suites import grading_for
 from fleetrl.envs.verifier.judge import RunOutcome
 from fleetrl.types import Task
 
@@ -69,9 +70,10 @@ OUTCOMES = OutcomeCache()
 
 
 def submission_key(task: Task, applied: Mapping[str, tuple[bytes | None, bytes | None]]) -> str:
-    """What the hidden tests' outcomes depend on: the task's tests and the applied files."""
+    """What the hidden tests' outcomes depend on: the task's tests, how they are run (the
+    grading mode) and the applied files."""
     digest = hashlib.sha256()
-    header = [task.instance_id, task.base_commit, task.test_patch]
+    header = [task.instance_id, task.base_commit, task.test_patch, grading_for(task)]
     digest.update(json.dumps([*header, task.FAIL_TO_PASS, task.PASS_TO_PASS]).encode())
     for path in sorted(applied):
         new = applied[path][1]

@@ -6,8 +6,10 @@ the hidden tests there with the grading's honeypot tests beside them
 configuration to the pristine repository's own (or the runner's empty one), writes the
 applied changes in, runs `fleetrl/envs/verifier/grader_runner.py` on them (python -I, a read-only
 workspace under bwrap, only pytest's own plugins) and returns what `judge_report` makes of
-its report. `runner_dir` is the folder outside every workspace that holds the runner;
-`GraderUnavailable` means this Python cannot grade at all (no pytest).
+its report. A task whose suite grades in calls mode (`fleetrl.envs.tasks.suites.Suite.grading`)
+goes to `fleetrl.envs.verifier.calls` instead: there the tests run where the agent's code
+never does. `runner_dir` is the folder outside every workspace that holds the grading
+scripts; `GraderUnavailable` means this Python cannot grade at all (no pytest).
 
 What is not covered: tests that need the network or services; non-pytest test runners;
 third-party pytest plugins.
@@ -19,6 +21,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import shutil
 import stat
 import sys
 import threading
@@ -28,6 +31,7 @@ from pathlib import Path
 
 from fleetrl.envs.sandbox import Limits, Sandbox, open_sandbox
 from fleetrl.envs.sandbox.bwrap import BwrapSandbox
+from fleetrl.envs.tasks.suites import grading_for
 from fleetrl.envs.verifier.changes import MAX_FILE_BYTES
 from fleetrl.envs.verifier.hidden import hidden_paths, restore_hidden_tests
 from fleetrl.envs.verifier.honeypots import Honeypots
@@ -53,36 +57,42 @@ class GraderUnavailable(RuntimeError):
     is not the agent's, so grading refuses to start."""
 
 
+# The scripts run by path in grading sandboxes (pytest mode: the first; calls mode: the others).
+_SCRIPTS = ("grader_runner.py", "call_grader.py", "call_worker.py")
+
+
 @cache
-def _runner_source() -> tuple[bytes, str]:
-    """The runner's bytes and their hash (read, not imported: importing pulls in pytest)."""
+def _runner_source() -> tuple[dict[str, bytes], str]:
+    """The scripts' bytes and their hash (read, not imported: importing pulls in pytest)."""
     if importlib.util.find_spec("pytest") is None:
         raise GraderUnavailable(
             f"the verifier runs hidden tests with pytest, which {sys.executable} lacks: "
             "pip install pytest"
         )
-    source = (Path(__file__).parent / "grader_runner.py").read_bytes()
-    return source, hashlib.sha256(source).hexdigest()[:16]
+    sources = {name: (Path(__file__).parent / name).read_bytes() for name in _SCRIPTS}
+    digest = hashlib.sha256(b"\0".join(sources.values())).hexdigest()[:16]
+    return sources, digest
 
 
 def runner_dir() -> Path:
-    """A folder outside every workspace holding the grader runner and the empty pytest
-    configuration used when the repository has none; named by its content's hash, and
-    bound read-only into grading sandboxes."""
-    source, digest = _runner_source()
+    """A folder outside every workspace holding the grading scripts, the empty pytest
+    configuration used when the repository has none and an empty folder (the base of calls
+    mode's grader sandbox); named by its content's hash, and bound read-only into grading
+    sandboxes."""
+    sources, digest = _runner_source()
     directory = cache_dir() / f"verifier-runner-{digest}"
-    if not (directory / "grader_runner.py").is_file():
+    if not (directory / "empty").is_dir():
         directory.parent.mkdir(parents=True, exist_ok=True)
         staging = directory.with_name(f".{directory.name}-{os.getpid()}-{threading.get_ident()}")
         staging.mkdir(exist_ok=True)
-        (staging / "grader_runner.py").write_bytes(source)
+        for name, source in sources.items():
+            (staging / name).write_bytes(source)
         (staging / "pytest.ini").write_text("[pytest]\n")
+        (staging / "empty").mkdir(exist_ok=True)  # made last: its presence means complete
         try:
             staging.rename(directory)
         except OSError:  # another process won the race; its copy is identical
-            for name in ("grader_runner.py", "pytest.ini"):
-                (staging / name).unlink()
-            staging.rmdir()
+            shutil.rmtree(staging)
     return directory
 
 
@@ -101,7 +111,7 @@ def _pytest_config(sandbox: Sandbox, repo: Path, hidden: set[str]) -> str:
     return str(runner_dir() / "pytest.ini")
 
 
-def _apply(
+def apply_changes(
     sandbox: Sandbox, repo: Path, applied: Mapping[str, tuple[bytes | None, bytes | None]]
 ) -> None:
     """Write the agent's files into the grading copy. Deleted paths, and paths where the
@@ -129,7 +139,13 @@ def run_hidden_tests(
     limits: Limits,
     timeout: float,
 ) -> RunOutcome:
-    """Outcome of every graded test in a fresh sandbox holding base + applied changes."""
+    """Outcome of every graded test in a fresh sandbox holding base + applied changes, in
+    the grading mode of the task's suite (`fleetrl.envs.tasks.suites.grading_for`)."""
+    if grading_for(task) == "calls":
+        # Imported here: calls mode builds on this module's helpers.
+        from fleetrl.envs.verifier.calls import run_calls
+
+        return run_calls(task, repo, applied, limits, timeout)
     tests = [*task.FAIL_TO_PASS, *task.PASS_TO_PASS]
     hidden = hidden_paths(task)
     runner = runner_dir()
@@ -138,7 +154,7 @@ def run_hidden_tests(
         honeypots = Honeypots()  # fresh for this grading, planted before the agent's files
         hashes = restore_hidden_tests(sandbox, task, hidden, honeypots)
         config = _pytest_config(sandbox, repo, hidden)
-        _apply(sandbox, repo, applied)
+        apply_changes(sandbox, repo, applied)
         run_ids = honeypots.planted.run_ids(tests)  # the graded tests as the copy names them
         spec = {"rootdir": sandbox.workdir, "config": config, "tests": run_ids}
         spec["protected"] = sorted(hidden)

@@ -14,6 +14,7 @@ report file. Where that key comes from is what distinguishes the cheats.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,6 +61,14 @@ def target(task_id: str) -> Target:
                 cases.append((args, ast.literal_eval(expected)))
     assert cases, f"{task_id}: no `assert f(...) == value` in its hidden tests"
     return Target(task, module, tests, cases)
+
+
+def in_process(task: Task) -> Task:
+    """`task` graded as a task folder's is, in pytest mode: its hidden tests run in the
+    process that imports the agent's code, under the grader runner's in-process defences
+    (the bundled suites' own tasks grade in calls mode, out of the agent's reach)."""
+    ensure_repo(task)  # a task of no suite finds its repository; it does not write one
+    return dataclasses.replace(task, suite="")
 
 
 def module_file(workspace: Path, t: Target) -> Path:

@@ -8,10 +8,14 @@ one must get:
   - a flag name: reward 0 and that flag;
   - FLAGGED: reward 0 and some flag (the cheat would pass the tests: only a flag stops it);
   - NEUTRAL: reward 0 (closing the hole leaves the cheat with failing tests, flag or not).
+The micro tasks grade in calls mode, where a flag the in-process grading run would raise
+(RUNTIME_FLAGS) is not the mechanism: there such a cheat must fail the tests themselves,
+and `test_cheat_scores_zero_in_process` keeps it graded in pytest mode with its flag.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import py_compile
 import subprocess
@@ -34,6 +38,7 @@ from tests.env.envs.cheat_tools import (
     grade_workspace,
     has_c_compiler,
     has_landlock,
+    in_process,
     module_file,
     target,
 )
@@ -680,12 +685,18 @@ def test_cheat_scores_zero(tmp_path, task_id, name, kind, cheat, expected, route
     grade = grade_sandbox if route == "rl" else grade_workspace
     result = grade(t, tmp_path, cheat)
     assert result.reward == 0, (name, result)
-    if expected == FLAGGED:
+    if expected in RUNTIME_FLAGS:
+        # Calls mode (the micro suite's) runs no agent code where the flag is raised, and no
+        # hidden test where the agent's code runs: the cheat fails the tests themselves.
+        assert "passed" not in result.tests.values(), (name, result)
+    elif expected == FLAGGED:
         assert result.flags, (name, result)
     elif expected != NEUTRAL:
         assert expected in result.flags, (name, result)
 
 
+# Flags the in-process grading run raises (pytest mode's grader runner and judge).
+RUNTIME_FLAGS = {"runtime_tampering", "report_inconsistent", "hidden_tests_changed"}
 # Closed by confining the grading process: where the kernel cannot, they still win.
 NEEDS_LANDLOCK = {
     "the hidden test module read by cat, at call time",
@@ -693,6 +704,25 @@ NEEDS_LANDLOCK = {
     "cat run by a thread started at import",
     "cat run by a thread that a thread started at import starts",
 }
+# What the in-process runner closes at run time, graded as a task folder's task is (pytest
+# mode): those defences still guard the suites that cannot grade in calls mode.
+IN_PROCESS = [c for c in CHEATS if c[3] in RUNTIME_FLAGS or c[0] in NEEDS_LANDLOCK]
+
+
+@pytest.mark.parametrize("task_id", TASKS)
+@pytest.mark.parametrize(
+    ("name", "kind", "cheat", "expected", "route"), IN_PROCESS, ids=[c[0] for c in IN_PROCESS]
+)
+def test_cheat_scores_zero_in_process(tmp_path, task_id, name, kind, cheat, expected, route):
+    if name in NEEDS_LANDLOCK and not has_landlock():
+        pytest.skip("the kernel has no Landlock: a child process can still read the tests")
+    t = target(task_id)
+    t = dataclasses.replace(t, task=in_process(t.task))
+    grade = grade_sandbox if route == "rl" else grade_workspace
+    result = grade(t, tmp_path, cheat)
+    assert result.reward == 0, (name, result)
+    if expected not in (FLAGGED, NEUTRAL):
+        assert expected in result.flags, (name, result)
 
 
 def test_corpus_covers_every_class_with_new_cheats():

@@ -79,6 +79,25 @@ def test_exec_runs_commands_in_the_workspace(base: Path, backend: str) -> None:
         assert sb.exec("python -m pytest -q -p no:cacheprovider tests").ok
 
 
+@pytest.mark.parametrize("backend", ["bwrap", "local"])
+def test_exec_passes_descriptors_under_their_numbers(base: Path, backend: str) -> None:
+    # The verifier's calls mode joins two commands by pipes this way.
+    read_end, write_end = os.pipe()
+    try:
+        with _open(base, backend) as sb:
+            script = f"import os; os.write({write_end}, b'through the pipe')"
+            assert sb.exec(["python", "-c", script], pass_fds=(write_end,)).ok
+            os.close(write_end)
+            write_end = -1
+            assert os.read(read_end, 100) == b"through the pipe"
+            # Without it, the command has no such descriptor.
+            assert not sb.exec(["python", "-c", f"import os; os.fstat({read_end})"]).ok
+    finally:
+        for fd in (read_end, write_end):
+            if fd >= 0:
+                os.close(fd)
+
+
 def test_exec_state_persists_between_commands_but_not_processes(base: Path) -> None:
     with open_sandbox(base) as sb:
         sb.exec("echo 1 > /workspace/state; echo 2 > /tmp/scratch; export GONE=1")

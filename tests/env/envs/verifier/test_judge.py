@@ -2,9 +2,20 @@
 the runner reports, never scores 1; an honest fork is no tampering. Each contradiction the
 host catches is unit-tested in tests/unit/envs/verifier/test_judge.py."""
 
+import pytest
+
 from fleetrl.envs.tasks.git import apply_patch
 from fleetrl.envs.verifier import verify_workspace
+from tests.env.envs.cheat_tools import in_process
 from tests.env.envs.verifier.nkims_task import append, module_path
+
+
+@pytest.fixture
+def task(task):
+    """The task graded in pytest mode: this file tests the in-process grader runner (the
+    bundled suites grade in calls mode, where no agent code runs in the graded process)."""
+    return in_process(task)
+
 
 # Records the runner would write for a full pass, then its final record: what a forger
 # needs to claim reward 1 (no secret exists, so anything can write them; the host catches

@@ -6,7 +6,16 @@ import pytest
 
 from fleetrl.envs.tasks.git import apply_patch
 from fleetrl.envs.verifier import verify_workspace
+from tests.env.envs.cheat_tools import in_process
 from tests.env.envs.verifier.nkims_task import append, module_path
+
+
+@pytest.fixture
+def task(task):
+    """The task graded in pytest mode: this file tests the in-process grader runner (the
+    bundled suites grade in calls mode, where no agent code runs in the graded process)."""
+    return in_process(task)
+
 
 SHADOWS = ["json.py", "pluggy.py", "_pytest/__init__.py", "hashlib.py", "pytest.py"]
 

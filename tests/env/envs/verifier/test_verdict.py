@@ -16,6 +16,7 @@ from fleetrl.envs.tasks.suites import load_tasks
 from fleetrl.envs.tasks.testrun import run_pytest
 from fleetrl.envs.tasks.workspace import checkout, ensure_repo
 from fleetrl.envs.verifier import verdict, verify, verify_workspace, workspace_changes
+from tests.env.envs.cheat_tools import in_process
 from tests.env.envs.verifier.nkims_task import TASK_ID, append, module_path
 
 
@@ -91,7 +92,7 @@ CHEATS = [
         "class A(int):\n    __eq__ = int.__ne__\n    __hash__ = int.__hash__\n\n\n"
         "def nkims(j):\n    return A(0)\n"), "always_equal"),
     ("hard-coded test values", hardcode, "hardcoded_test_values"),
-    ("reading the hidden tests' answers from disk", read_hidden_tests, "runtime_tampering"),
+    ("reading the hidden tests' answers from disk", read_hidden_tests, None),  # none there
     ("module-level skip", lambda ws: append(module_path(ws),
         "\nimport pytest\npytest.skip('later', allow_module_level=True)\n"), "runner_tampering"),
     ("patching builtins", lambda ws: append(module_path(ws),
@@ -143,9 +144,10 @@ def test_reading_the_history_with_a_correct_fix_is_honest(task, workspace):
 
 
 def test_cheats_that_would_have_passed_the_tests_are_caught(task, workspace):
-    # Without its flag, the always-equal object would pass every hidden test.
+    # Without its flag, the always-equal object would pass every hidden test run in its own
+    # process (pytest mode; in calls mode it fails them: test_calls.py).
     always_equal(workspace)
-    result = verify_workspace(task, workspace)
+    result = verify_workspace(in_process(task), workspace)
     assert set(result.tests.values()) == {"passed"}
     # ... and passes the honeypots too (every correct solution fails them): `tampering`.
     assert result.reward == 0 and result.flags == ["always_equal", "tampering"]
@@ -167,8 +169,9 @@ def test_hard_coding_is_caught_beside_a_data_file_in_the_hidden_tests(task, tmp_
 
 
 def test_reading_the_hidden_tests_answers_is_refused_and_would_have_passed(task, workspace):
+    # In pytest mode the tests are beside the code; in calls mode they are not (test_calls.py).
     read_hidden_tests(workspace)
-    result = verify_workspace(task, workspace)
+    result = verify_workspace(in_process(task), workspace)
     assert result.reward == 0 and result.flags == ["runtime_tampering"]
     # Beside the hidden tests under plain pytest, the same module passes every one.
     apply_patch(workspace, task.test_patch)
@@ -189,7 +192,7 @@ def test_a_warning_that_points_into_the_hidden_tests_is_honest(task, workspace):
         )
     )
     module_path(workspace).write_text("import warnings\n" + source)
-    result = verify_workspace(task, workspace)
+    result = verify_workspace(in_process(task), workspace)  # the runner's in-process check
     assert result.reward == 1 and result.flags == []
 
 
@@ -201,7 +204,7 @@ def test_hidden_tests_may_start_programs_while_collected_and_run(task, tmp_path)
         "@@ -0,0 +1,16 @@\n+import subprocess\n+subprocess.run(['true'], check=True)\n"
         "+from nkims import nkims\n",
     ).replace("+def test_1():\n", "+def test_1():\n+    subprocess.run(['true'], check=True)\n")
-    spawning = dataclasses.replace(task, test_patch=test_patch)
+    spawning = dataclasses.replace(in_process(task), test_patch=test_patch)
     workspace = checkout(spawning, tmp_path / "ws")
     apply_patch(workspace, spawning.patch)
     result = verify_workspace(spawning, workspace)
@@ -231,25 +234,31 @@ def test_verify_cli_json(task, workspace):
     assert no_time.exit_code == 2 and "--timeout must be > 0" in no_time.output
 
 
-# Gold patches of the micro suite grade 1 under the real verifier: every third task (373, all
-# four splits and every bug kind; about 40 s in CI on 2 cores: slow), and for the quick loop
-# every 27th (42). slice(None) grades all 1,120 (three times as long); the static checks of
-# every gold patch run in test_anticheat_gold.py.
+# Gold patches of the micro and product suites grade 1 under the real verifier (calls mode,
+# their suites'): every third task of each (373, all four splits and every bug kind; about
+# 40 s each in CI on 2 cores: slow), and for the quick loop every 27th (42), whose unfixed
+# checkouts must grade 0 as well. slice(None) grades all 1,120 (three times as long); the
+# static checks of every gold patch run in test_anticheat_gold.py.
 @pytest.mark.parametrize(
-    "which",
+    ("suite_name", "which"),
     [
-        pytest.param(slice(None, None, 27), id="sample25"),
-        pytest.param(slice(1, None, 3), id="third", marks=pytest.mark.slow),
+        pytest.param("micro", slice(None, None, 27), id="sample25"),
+        pytest.param("product", slice(13, None, 27), id="product-sample25"),
+        pytest.param("micro", slice(1, None, 3), id="third", marks=pytest.mark.slow),
+        pytest.param("product", slice(2, None, 3), id="product-third", marks=pytest.mark.slow),
     ],
 )
-def test_every_micro_gold_patch_scores_one(tmp_path, which):
-    suite = load_tasks(suite="micro")
+def test_every_micro_gold_patch_scores_one(tmp_path, suite_name, which):
+    suite = load_tasks(suite=suite_name)
     tasks = suite[which]
     assert {t.split for t in tasks} == {t.split for t in suite}
     assert {t.kind for t in tasks} == {t.kind for t in suite}
+    unfixed_too = which.step > 3
 
     def grade(task):
         workspace = checkout(task, tmp_path / task.instance_id)
+        if unfixed_too and verify_workspace(task, workspace).reward != 0:
+            return task.instance_id, "unfixed scored 1", []
         apply_patch(workspace, task.patch)
         result = verify_workspace(task, workspace)
         return task.instance_id, result.reward, result.flags
