@@ -99,8 +99,11 @@ def test_a_cheat_in_the_agents_process_changes_no_verdict(
     append(module_path(workspace), code)
     result = verify_workspace(task, workspace)
     assert result.reward == 0, (name, result)
-    # The tests themselves fail (or never run): no flag is needed to stop it.
+    # The tests themselves fail (or never run), with no in-process defence at work: graded
+    # in pytest mode, the runner's audit hook flags four of these, and the always-equal
+    # value passes every test there (only its static flag and the honeypots stop it).
     assert "passed" not in result.tests.values(), (name, result)
+    assert not {"runtime_tampering", "report_inconsistent"} & set(result.flags), result
     if passes_in_process:
         # In the process that imports it, with no defence, the same code passes them all.
         apply_patch(workspace, task.test_patch)
