@@ -160,7 +160,8 @@ def make(
     """Make bug-fix tasks from a Python repository with a pytest suite (SWE-smith style).
 
     Each candidate is one syntax-tree mutation or a deleted function body; it is kept iff
-    it makes a passing test fail while the rest of the suite still runs. Writes
+    it makes a passing test fail while the rest of the suite still runs, and the verifier
+    scores its gold fix 1 and the bug 0 (the progress bar counts candidates tried). Writes
     OUT/tasks.jsonl, one git repository per task under OUT/repos/, and OUT/report.json.
     Tasks are split by function into train, val (choices) and heldout (reporting), so
     `fleetrl train --set tasks.tasks_dir=OUT` and `fleetrl eval CKPT --tasks OUT` work on
@@ -197,10 +198,13 @@ def make(
     from rich.table import Table
 
     splits = ", ".join(f"{n} {name}" for name, n in report["splits"].items())
-    title = f"{len(tasks)} tasks ({splits}) from {report['candidates']} candidates in {out}"
+    tried = f"{report['tried']} of {report['candidates']} candidates tried"
+    title = f"{len(tasks)} tasks ({splits}) from {tried} in {out}"
     table = Table(title=title)
     for column in ("kind", "tried", "kept"):
         table.add_column(column, justify="left" if column == "kind" else "right")
     for kind, counts in report["by_kind"].items():
         table.add_row(kind, str(counts["tried"]), str(counts["kept"]))
     Console().print(table)
+    if report["rejected"]:
+        typer.echo("rejected: " + ", ".join(f"{n} {why}" for why, n in report["rejected"].items()))

@@ -3,18 +3,23 @@
     repo ──▶ baseline run (which tests pass) ──▶ mutation sites (fleetrl.envs.tasks.mutations)
                                                       │ seeded shuffle, kinds round-robin
                                                       ▼
-          keep iff >=1 passing test fails  ◀── run the suite with one mutation applied
-          and the rest still runs                     │
-                                                      ▼
-          out/tasks.jsonl + out/repos/<id>/ (one commit: bug in place, tests removed)
+          >=1 passing test fails and   ◀── run the suite with one mutation applied
+          the rest still runs                         │
+                 │
+                 ▼
+          out/repos/<id>/ (one commit: bug in place, tests removed) ──▶ the verifier grades
+          the gold fix (must be 1) and the bug (must be 0) ──▶ kept: out/tasks.jsonl
 
 Acceptance rule: a candidate is kept iff the mutated suite still collects and runs to the
 end (pytest exit code 0 or 1, no timeout, every baseline-passing test reported), at
-least one baseline-passing test fails, and the verifier's anti-cheat checks accept the
-gold fix itself (restoring `if n > 5: return 5` where a test calls `f(5)` and expects 5
-reads as hard-coded test values: no agent could be rewarded for it). FAIL_TO_PASS =
-baseline-passing tests that fail with the mutation; PASS_TO_PASS = those that still
-pass. Tests failing at baseline are in neither.
+least one baseline-passing test fails, the verifier's anti-cheat checks accept the gold
+fix itself (restoring `if n > 5: return 5` where a test calls `f(5)` and expects 5 reads
+as hard-coded test values: no agent could be rewarded for it), and the verifier itself,
+grading the task as it will grade an agent (its sandbox, its grader runner, the hidden
+tests restored), scores the gold fix 1 and the unchanged checkout 0: a plain pytest run
+agreeing is not enough (the grader refuses what some suites do, reports what some never
+do). FAIL_TO_PASS = baseline-passing tests that fail with the mutation; PASS_TO_PASS =
+those that still pass. Tests failing at baseline are in neither.
 
 Hidden-test policy: every test file (any `test_*.py`, `*_test.py`, `conftest.py`, and
 everything under a `tests/`, `test/` or `testing/` folder) is removed from the base commit
@@ -31,7 +36,9 @@ evaluated in a fixed order (in parallel, but kept in that order). Tests run thro
 `fleetrl.envs.tasks.testrun.run_pytest`, the one function to swap for a sandboxed run.
 
 What is not covered: repositories that need installing or services to test; non-Python code;
-source files that are not UTF-8; combined (multi-bug) tasks.
+source files that are not UTF-8; combined (multi-bug) tasks; a package of the same name
+installed in this Python (the grader finds it before the repository's, so no task of it
+grades: every candidate is rejected as `base_passes`).
 """
 
 from __future__ import annotations
@@ -54,11 +61,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path, PurePosixPath
 
 from fleetrl.envs.anticheat import TestFacts, code_flags, test_facts
+from fleetrl.envs.sandbox import SandboxUnavailable
 from fleetrl.envs.tasks.git import commit_all, git
 from fleetrl.envs.tasks.mutations import KINDS, Mutation, find_mutations
 from fleetrl.envs.tasks.records import TASKS_FILE, TaskError, write_jsonl
 from fleetrl.envs.tasks.testrun import PytestResult, run_pytest
-from fleetrl.envs.verifier.hidden import added_python_sources
+from fleetrl.envs.verifier import verify
+from fleetrl.envs.verifier.hidden import VerifierError, added_python_sources
+from fleetrl.envs.verifier.runner import GraderUnavailable
 from fleetrl.files import file_in_the_way
 from fleetrl.types import Task
 
@@ -68,7 +78,9 @@ _TEST_DIRS = {"tests", "test", "testing"}
 _SKIP_DIRS = {"__pycache__", "node_modules", "venv", "build", "dist"}
 _MAX_LISTED = 5  # failing tests quoted in a problem statement
 _MAX_MESSAGE = 400  # characters of one assertion message quoted
-_REJECTIONS = ("no_failing_test", "suite_broken", "gold_flagged")  # in report.json
+# In report.json. `gold_fails`: the verifier scored the gold fix 0; `base_passes`: it scored
+# the unchanged checkout 1.
+_REJECTIONS = ("no_failing_test", "suite_broken", "gold_flagged", "gold_fails", "base_passes")
 
 
 def is_test_path(path: str) -> bool:
@@ -233,39 +245,28 @@ def make_tasks(
             )
         limit = timeout or 5 * baseline.seconds + 10
         run = functools.partial(run_pytest, timeout=limit, pytest_args=pytest_args)
-        facts = test_facts(added_python_sources(test_patch))  # as the verifier reads them
-        kept, stats = _evaluate(order, texts, workdirs, passing, run, facts, max_tasks, progress)
-
-    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", repo_dir.name).strip("-.") or "repo"
-    (out_dir / "repos").mkdir(parents=True, exist_ok=True)
-    tasks = []
-    for mutation, result in kept:
-        mutated = mutation.apply(texts[mutation.path])
-        digest = hashlib.sha1(f"{mutation.path}\0{mutated}".encode()).hexdigest()[:8]
-        instance_id = f"{slug}__{mutation.kind}_{digest}"
-        repo = out_dir / "repos" / instance_id
-        _copy(repo_dir, [f for f in files if not is_test_path(f)], repo)
-        (repo / mutation.path).write_bytes(mutated.encode())
-        base_commit = commit_all(repo)
-        (repo / mutation.path).write_bytes(texts[mutation.path].encode())
-        patch = git(repo, "diff", "--no-ext-diff", "--no-color", "--binary")
-        git(repo, "checkout", "-q", "--", mutation.path)
-        failing = sorted(n for n in passing if result.outcomes.get(n) != "passed")
-        tasks.append(
-            Task(
-                instance_id=instance_id,
-                repo=str(repo),
-                base_commit=base_commit,
-                problem_statement=problem_statement(mutation, failing, result),
-                patch=patch,
-                test_patch=test_patch,
-                FAIL_TO_PASS=failing,
-                PASS_TO_PASS=sorted(passing - set(failing)),
-                test_files=tests,
-                kind=mutation.kind,
-                origin=f"{mutation.path}::{mutation.function}",
-            )
+        slug = re.sub(r"[^A-Za-z0-9._-]+", "-", repo_dir.name).strip("-.") or "repo"
+        source = _Source(
+            repo_dir=repo_dir,
+            files=[f for f in files if not is_test_path(f)],
+            texts=texts,
+            tests=tests,
+            test_patch=test_patch,
+            passing=passing,
+            facts=test_facts(added_python_sources(test_patch)),  # as the verifier reads them
+            repos=out_dir / "repos",
+            slug=slug,
+            grading_timeout=limit + 60,  # the whole suite once more, in a fresh sandbox
         )
+        source.repos.mkdir(parents=True, exist_ok=True)
+        try:
+            tasks, stats = _evaluate(order, source, workdirs, run, max_tasks, progress)
+        except (SandboxUnavailable, GraderUnavailable, VerifierError) as err:
+            shutil.rmtree(source.repos, ignore_errors=True)
+            raise TaskError(
+                f"tasks make keeps a task only when the verifier grades it, and it cannot: {err}"
+            ) from err
+
     tasks = assign_splits(tasks, seed, val, heldout)
     write_jsonl(tasks, out_dir / TASKS_FILE)
     report = {
@@ -273,6 +274,7 @@ def make_tasks(
         "seed": seed,
         "baseline_passing": len(passing),
         "candidates": len(order),
+        "tried": sum(stats[k, "tried"] for k in kinds),
         "tasks": len(tasks),
         "by_kind": {k: {"tried": stats[k, "tried"], "kept": stats[k, "kept"]} for k in kinds},
         "rejected": {r: stats[r] for r in _REJECTIONS if stats[r]},
@@ -300,58 +302,134 @@ def assign_splits(tasks: list[Task], seed: int, val: float, heldout: float) -> l
     return [dataclasses.replace(t, split=split_of.get(t.origin, "train")) for t in tasks]
 
 
+@dataclasses.dataclass(frozen=True)
+class _Source:
+    """What judging a candidate needs of the repository and the run so far."""
+
+    repo_dir: Path  # the user's repository (never written)
+    files: list[str]  # its non-test files, copied into every task repository
+    texts: dict[str, str]  # source file -> its original text
+    tests: list[str]  # its test files (hidden: re-added by test_patch)
+    test_patch: str  # the diff that re-adds them
+    passing: set[str]  # node ids passing at baseline
+    facts: TestFacts  # what the anti-cheat checks know of the hidden tests
+    repos: Path  # out_dir/repos: one folder per task
+    slug: str  # instance id prefix, from the repository's folder name
+    grading_timeout: float  # seconds the verifier may take for one grading
+
+
+def _judge(source: _Source, mutation: Mutation, result: PytestResult) -> tuple[str, Task | None]:
+    """("kept", the task written under `source.repos`) or (the rejection reason, None).
+
+    The verifier has the last word: it grades the written task as it will grade an agent,
+    and a task whose gold fix it does not score 1, or whose unchanged checkout it does not
+    score 0, is removed again."""
+    passing = source.passing
+    if not result.ran or not passing <= set(result.outcomes):
+        return "suite_broken", None
+    if passing <= result.passed():
+        return "no_failing_test", None
+    original = source.texts[mutation.path]
+    if gold_flags(mutation, original, source.facts):
+        return "gold_flagged", None
+    task = _write_task(source, mutation, result)
+    fix = {mutation.path: (mutation.apply(original).encode(), original.encode())}
+    reason, seconds = None, source.grading_timeout
+    if verify(task, fix, timeout=seconds).reward != 1:
+        reason = "gold_fails"
+    # The bug alone must fail a FAIL_TO_PASS test: the rest need not run again.
+    elif verify(dataclasses.replace(task, PASS_TO_PASS=[]), {}, timeout=seconds).reward != 0:
+        reason = "base_passes"
+    if reason is not None:
+        shutil.rmtree(task.repo)
+        return reason, None
+    return "kept", task
+
+
+def _write_task(source: _Source, mutation: Mutation, result: PytestResult) -> Task:
+    """The task of a candidate, its repository written: one commit with the bug in place
+    and the tests removed."""
+    original = source.texts[mutation.path]
+    mutated = mutation.apply(original)
+    digest = hashlib.sha1(f"{mutation.path}\0{mutated}".encode()).hexdigest()[:8]
+    instance_id = f"{source.slug}__{mutation.kind}_{digest}"
+    repo = source.repos / instance_id
+    _copy(source.repo_dir, source.files, repo)
+    (repo / mutation.path).write_bytes(mutated.encode())
+    base_commit = commit_all(repo)
+    (repo / mutation.path).write_bytes(original.encode())
+    patch = git(repo, "diff", "--no-ext-diff", "--no-color", "--binary")
+    git(repo, "checkout", "-q", "--", mutation.path)
+    failing = sorted(n for n in source.passing if result.outcomes.get(n) != "passed")
+    return Task(
+        instance_id=instance_id,
+        repo=str(repo),
+        base_commit=base_commit,
+        problem_statement=problem_statement(mutation, failing, result),
+        patch=patch,
+        test_patch=source.test_patch,
+        FAIL_TO_PASS=failing,
+        PASS_TO_PASS=sorted(source.passing - set(failing)),
+        test_files=source.tests,
+        kind=mutation.kind,
+        origin=f"{mutation.path}::{mutation.function}",
+    )
+
+
 def _evaluate(
     order: list[Mutation],
-    texts: dict[str, str],
+    source: _Source,
     workdirs: list[Path],
-    passing: set[str],
     run_tests: Callable[[Path], PytestResult],
-    facts: TestFacts,
     max_tasks: int,
     progress: bool,
-) -> tuple[list[tuple[Mutation, PytestResult]], Counter]:
-    """Run the suite for candidates in `order` until `max_tasks` are kept.
+) -> tuple[list[Task], Counter]:
+    """Judge candidates in `order` until `max_tasks` are kept; the kept tasks, in order.
 
-    Candidates run `len(workdirs)` at a time, each in its own copy of the repo; results are
-    taken strictly in `order`, so parallelism never changes which candidates are kept.
+    Candidates run `len(workdirs)` at a time, each in its own copy of the repo and then
+    through the verifier; results are taken strictly in `order`, so parallelism never
+    changes which candidates are kept.
     """
     free = list(workdirs)
     lock = threading.Lock()
 
-    def evaluate(mutation: Mutation) -> PytestResult:
+    def evaluate(mutation: Mutation) -> tuple[str, Task | None]:
+        text = source.texts[mutation.path]
+        mutated = mutation.apply(text)
         with lock:
             workdir = free.pop()
         target = workdir / mutation.path
         try:
-            target.write_bytes(mutation.apply(texts[mutation.path]).encode())
+            target.write_bytes(mutated.encode())
             result = run_tests(workdir)
-            # Messages may quote paths; which copy ran a candidate must not show in a task.
-            prefix = f"{workdir}{os.sep}"
-            result.messages = {k: v.replace(prefix, "") for k, v in result.messages.items()}
-            return result
         finally:
-            target.write_bytes(texts[mutation.path].encode())
+            target.write_bytes(text.encode())
             with lock:
                 free.append(workdir)
+        # Messages may quote paths; which copy ran a candidate must not show in a task.
+        prefix = f"{workdir}{os.sep}"
+        result.messages = {k: v.replace(prefix, "") for k, v in result.messages.items()}
+        return _judge(source, mutation, result)
 
-    kept: list[tuple[Mutation, PytestResult]] = []
+    kept: list[Task] = []
     stats: Counter = Counter()
-    with ThreadPoolExecutor(len(workdirs)) as pool, _progress(progress, len(order)) as advance:
+    with (
+        ThreadPoolExecutor(len(workdirs)) as pool,
+        _progress(progress, len(order), max_tasks) as advance,
+    ):
         for start in range(0, len(order), len(workdirs)):
             batch = order[start : start + len(workdirs)]
-            for mutation, result in zip(batch, pool.map(evaluate, batch), strict=True):
+            for mutation, (verdict, task) in zip(batch, pool.map(evaluate, batch), strict=True):
                 if len(kept) >= max_tasks:
-                    break  # the rest of the last batch ran, but is not counted
+                    if task is not None:  # the rest of the last batch ran, but is not counted
+                        shutil.rmtree(task.repo)
+                    continue
                 stats[mutation.kind, "tried"] += 1
-                if not result.ran or not passing <= set(result.outcomes):
-                    stats["suite_broken"] += 1
-                elif passing <= result.passed():
-                    stats["no_failing_test"] += 1
-                elif gold_flags(mutation, texts[mutation.path], facts):
-                    stats["gold_flagged"] += 1
+                if task is None:
+                    stats[verdict] += 1
                 else:
                     stats[mutation.kind, "kept"] += 1
-                    kept.append((mutation, result))
+                    kept.append(task)
                 advance(len(kept))
             if len(kept) >= max_tasks:
                 break
@@ -369,16 +447,17 @@ def _test_patch(repo_dir: Path, tests: list[str]) -> str:
 
 
 @contextlib.contextmanager
-def _progress(enabled: bool, total: int) -> Iterator[Callable[[int], None]]:
-    """A rich progress bar on stderr (or nothing); yields `advance(kept)`, called per candidate."""
+def _progress(enabled: bool, total: int, wanted: int) -> Iterator[Callable[[int], None]]:
+    """A rich progress bar on stderr (or nothing): the candidates tried of all there are,
+    and the tasks kept of the `wanted`; yields `advance(kept)`, called per candidate tried."""
     if not enabled:
         yield lambda kept: None
         return
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-    columns = (TextColumn("candidates"), BarColumn(), MofNCompleteColumn())
-    kept_column = TextColumn("kept {task.fields[kept]}")
+    columns = (TextColumn("candidates tried"), BarColumn(), MofNCompleteColumn())
+    kept_column = TextColumn(f"kept {{task.fields[kept]}} of {wanted}")
     with Progress(*columns, kept_column, console=Console(stderr=True)) as bar:
         task = bar.add_task("candidates", total=total, kept=0)
         yield lambda kept: bar.update(task, advance=1, kept=kept)

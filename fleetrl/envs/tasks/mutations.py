@@ -118,19 +118,48 @@ def find_mutations(path: str, source: str, kinds: Iterable[str] = KINDS) -> list
     if unknown:
         raise ValueError(f"unknown mutation kinds {sorted(unknown)}; known: {', '.join(KINDS)}")
     finder = _Finder(path, source, wanted)
-    finder.visit(ast.parse(source))
+    tree = ast.parse(source)
+    finder.visit(tree)
+    statements = _statement_spans(source, tree)
     found, seen = [], {source}
     for mutation in sorted(finder.found, key=lambda m: KINDS.index(m.kind)):  # stable sort
         mutated = mutation.apply(source)
         if mutated in seen:
             continue
         seen.add(mutated)
-        try:
-            ast.parse(mutated)
-        except SyntaxError:
-            continue
-        found.append(mutation)
+        if _parses(source, mutation, statements):
+            found.append(mutation)
     return found
+
+
+def _statement_spans(source: str, tree: ast.Module) -> list[tuple[int, int]]:
+    """(start byte, end byte) of each top-level statement, decorators and whole lines
+    included."""
+    starts = [0]
+    for line in source.encode().splitlines(keepends=True):
+        starts.append(starts[-1] + len(line))
+    spans = []
+    for node in tree.body:
+        first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
+        spans.append((starts[first - 1], starts[min(node.end_lineno or first, len(starts) - 1)]))
+    return spans
+
+
+def _parses(source: str, mutation: Mutation, statements: list[tuple[int, int]]) -> bool:
+    """Whether the mutated file parses: only the top-level statement holding the edits is
+    parsed again (an edit inside a function body cannot break another one, and parsing a
+    5,000-line module once per site took minutes), the whole file where there is none."""
+    low = min(start for start, _, _ in mutation.edits)
+    high = max(end for _, end, _ in mutation.edits)
+    first, last = next(((a, b) for a, b in statements if a <= low and high <= b), (0, None))
+    text = source.encode()[first:last]
+    for start, end, new in sorted(mutation.edits, reverse=True):
+        text = text[: start - first] + new.encode() + text[end - first :]
+    try:
+        ast.parse(text.decode())
+    except SyntaxError:
+        return False
+    return True
 
 
 def _int_value(node: ast.expr) -> int | None:

@@ -3,8 +3,9 @@
 The verifier copies this file out of the package (it imports only the standard library and
 pytest) and runs it in the grading sandbox as
 
-    python -I -B grader_runner.py '{"rootdir": R, "config": C, "tests": [...],
-                                    "protected": [...]}'
+    python -I -B grader_runner.py '{"rootdir": R, "config": C, "protected": [...]}' TEST...
+
+(the graded node ids one argument each: a kernel takes 128 KiB in one argument, 2 MiB in all)
 
 Isolated mode (`-I`) ignores PYTHON* variables and the user site, and puts neither the
 script's folder nor the working directory on `sys.path`; the runner then *appends* the
@@ -36,7 +37,17 @@ Before any code of the workspace runs, the runner
   or fd entries, writing, renaming, linking or removing a protected (hidden test) file, and
   reading a hidden test module (its expected values are the answers) when the innermost
   frame of the repository's code asking is the workspace's own, through whatever library
-  it asks, or from any thread but the main one;
+  it asks, or from any thread but the main one. The hidden tests themselves may trace,
+  profile, signal and walk the gc graph (a doctest runner restores the trace function, a
+  process pool ends its workers with `os.kill`): such a call is allowed on the main thread
+  when every repository frame on the stack runs code compiled from a hidden test file when
+  the import system loaded it (the code objects pytest's or importlib's loader executed,
+  recorded then; a code object compiled elsewhere under a hidden test's name is not one),
+  and at least one does; so is the doctest runner's own `sys.settrace` with no workspace
+  frame on the stack. A trace or profile function still installed when a test ends (after
+  its teardown) is reported: a callback the agent's code left behind (a finalizer,
+  `weakref.finalize`) can run `sys.settrace` with only a test's frames on the stack, and it
+  could remove its tracer again only the same way;
 - refuses starting a program from the workspace's code (or off the main thread) while
   the tests are being collected, and afterwards from any thread that can still read a
   test module (one started before confinement, see Landlock below);
@@ -56,7 +67,8 @@ still read the tests, and a thread started during collection may start programs
 Records, one JSON object per line on the report channel:
 
     {"kind": "collected", "path": P, "sha256": H}    a test module, hashed just before import
-    {"kind": "report", "nodeid": N, "when": W, "outcome": O}   one per test phase
+    {"kind": "report", "nodeid": N, "when": W, "outcome": O}   one per test phase; a
+                                                     test's subtests are folded into its call
     {"kind": "blocked", "event": E}                  something the runner refused or saw
     {"kind": "final", "exit": X, "blocked": [E...]}  pytest's exit status, written last
 
@@ -101,6 +113,8 @@ _BLOCKED = frozenset(
         "os.exec",
     }
 )
+# What the hidden tests' own code may do (see asked_by_tests): it is the task's, not the agent's.
+_TESTS_MAY = _BLOCKED - {"os.exec"}
 _PR_SET_DUMPABLE = 4
 TAMPERED_EXIT = 86  # the status of a process that something other than the runner ended
 _PATH_EVENTS = {"os.rename": 2, "os.remove": 1, "os.rmdir": 1, "os.truncate": 1, "os.link": 1}
@@ -128,13 +142,13 @@ def _reporter(fd: int) -> Emit:
         fields = []
         for key, value in record.items():
             if isinstance(value, list):
-                text = "[" + ", ".join(quote(str(v)) for v in value) + "]"
+                text = "[" + ",".join(quote(str(v)) for v in value) + "]"
             elif type(value) is int:
                 text = dumps(value)
             else:
                 text = quote(str(value))
-            fields.append(f"{quote(key)}: {text}")
-        data = ("{" + ", ".join(fields) + "}\n").encode()
+            fields.append(f"{quote(key)}:{text}")
+        data = ("{" + ",".join(fields) + "}\n").encode()
         while data:
             data = data[write(fd, data) :]
 
@@ -158,6 +172,57 @@ def _install_audit_hook(
     root, main = join(rootdir, ""), thread()
     test_sources = frozenset(p for p in protected if p.endswith(".py"))
     restrict, readable = _landlock()
+    tests_may, loaders, doctest_run, code_type = _tests_may_context()
+    genuine: set[int] = set()  # ids of the code objects compiled from hidden test files
+    kept: list[object] = []  # ... kept alive, so that no other code object takes an id
+
+    def trust(module_code: Any) -> None:
+        todo = [module_code]
+        while todo:
+            code = todo.pop()
+            if id(code) not in genuine:
+                genuine.add(id(code))
+                kept.append(code)
+                todo += [c for c in code.co_consts if type(c) is code_type]
+
+    def loaded_by_the_import_system(code: Any) -> bool:
+        # A hidden module's code, run by pytest's rewriting loader or importlib's, which
+        # read it from its file; with no workspace frame below (the agent's import of it).
+        if code.co_name != "<module>" or normpath(code.co_filename) not in test_sources:
+            return False
+        frame = getframe(1)
+        while frame is not None and frame.f_code.co_filename == runner:
+            frame = frame.f_back
+        if frame is None or thread() != main:
+            return False
+        caller, outer = frame.f_code, frame.f_back
+        if caller is not loaders[0] and not (
+            caller is loaders[1] and outer is not None and outer.f_code is loaders[2]
+        ):
+            return False
+        while frame is not None:
+            name = frame.f_code.co_filename
+            if name.startswith(root) and name != runner and id(frame.f_code) not in genuine:
+                return False
+            frame = frame.f_back
+        return True
+
+    def asked_by_tests(event: str) -> bool:
+        # The hidden tests' own call chain (through pytest and the standard library): every
+        # repository frame runs genuine hidden test code, and one does; main thread only.
+        if event not in tests_may or thread() != main:
+            return False
+        frame, seen, first = getframe(1), False, None
+        while frame is not None:
+            name = frame.f_code.co_filename
+            if name != runner and first is None:
+                first = frame.f_code
+            if name.startswith(root) and name != runner:
+                if id(frame.f_code) not in genuine:
+                    return False
+                seen = True
+            frame = frame.f_back
+        return seen or (event == "sys.settrace" and first is doctest_run)
 
     def asked_by_workspace() -> bool:
         # The innermost frame of the repository's code decides, whatever library it called
@@ -186,6 +251,10 @@ def _install_audit_hook(
         return [normpath(joined), realpath(joined)]
 
     def refusal(event: str, args: tuple[object, ...]) -> str | None:
+        if event == "exec" and type(args[0]) is code_type and loaded_by_the_import_system(args[0]):
+            trust(args[0])
+        if event in events and asked_by_tests(event):
+            return None
         if event in events or event.startswith("ctypes."):
             return event
         if event == "open":
@@ -243,6 +312,30 @@ def _install_audit_hook(
 
     sys.addaudithook(hook)
     return confine
+
+
+def _tests_may_context() -> tuple[frozenset[str], tuple[Any, Any, Any], Any, type]:
+    """What `asked_by_tests` compares with, bound before any agent code runs: the events,
+    the code of the loaders that execute a module read from its file (pytest's rewriting
+    hook; importlib's, which calls exec through `_call_with_frames_removed`), the doctest
+    runner's `run` and the code type."""
+    import doctest
+    import importlib._bootstrap
+    import importlib._bootstrap_external
+
+    from _pytest.assertion.rewrite import AssertionRewritingHook
+
+    loaders = (
+        AssertionRewritingHook.exec_module.__code__,
+        importlib._bootstrap._call_with_frames_removed.__code__,
+        importlib._bootstrap_external._LoaderBasics.exec_module.__code__,
+    )
+    return (
+        _TESTS_MAY,
+        loaders,
+        doctest.DocTestRunner.run.__code__,
+        type(_tests_may_context.__code__),
+    )
 
 
 def _landlock() -> tuple[Callable[[list[str]], bool], Callable[[bytes], bool]]:
@@ -392,11 +485,21 @@ class _ReportPlugin:
         confine: Callable[[list[str]], None],
     ) -> None:
         self.emit, self.rootdir, self.sha256, self.confine = emit, rootdir, sha256, confine
+        self.hooks = (sys.gettrace, sys.getprofile)
+        self.no_hooks = (sys.gettrace(), sys.getprofile())
         self.test_modules: list[str] = []
         self.plugins: set[int] = set()
         self.importers: list[object] = []
         self.modules: set[int] = set()
         self.pm: Any = None
+        self.failed_subtests: set[str] = set()
+        self.subtest_report: Any = None
+        try:  # pytest >= 9 runs subtests
+            from _pytest.subtests import SubtestReport
+
+            self.subtest_report = SubtestReport
+        except ImportError:
+            pass
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_load_initial_conftests(self) -> None:
@@ -445,9 +548,22 @@ class _ReportPlugin:
             self.emit({"kind": "blocked", "event": f"{path} imported from {origin}"})
 
     def pytest_runtest_logreport(self, report: Any) -> None:
-        """One record per test phase (setup, call, teardown)."""
-        record = {"nodeid": report.nodeid, "when": report.when, "outcome": report.outcome}
+        """One record per test phase (setup, call, teardown). A subtest (pytest 9 reports
+        each, under its test's id) is no phase: one that failed fails its test's call."""
+        if self.subtest_report is not None and isinstance(report, self.subtest_report):
+            if report.failed:
+                self.failed_subtests.add(report.nodeid)
+            return
+        outcome = report.outcome
+        if report.when == "call" and report.nodeid in self.failed_subtests:
+            outcome = "failed"
+        record = {"nodeid": report.nodeid, "when": report.when, "outcome": outcome}
         self.emit({"kind": "report", **record})
+        if report.when == "teardown" and tuple(get() for get in self.hooks) != self.no_hooks:
+            # The tests may trace and profile, and stop: what outlives a test may have been
+            # installed by no test (a finalizer calling sys.settrace from a test's frame).
+            event = f"a trace or profile function outlived {report.nodeid}"
+            self.emit({"kind": "blocked", "event": event})
 
     def new_plugins(self) -> list[str]:
         """Plugins registered during the run that are not conftest files."""
@@ -461,8 +577,9 @@ class _ReportPlugin:
         ]
 
 
-def main(spec: dict[str, object]) -> None:
-    """Run pytest as `spec` says and report on the private channel; never returns."""
+def main(spec: dict[str, object], tests: list[str]) -> None:
+    """Run pytest on `tests` as `spec` says and report on the private channel; never
+    returns."""
     report_fd = os.dup(1)
     os.dup2(2, 1)
     emit, leave, sha256 = _reporter(report_fd), os._exit, hashlib.sha256
@@ -485,7 +602,7 @@ def main(spec: dict[str, object]) -> None:
     _audit_open_at()
     sys.path.append(rootdir)
     args = ["-q", "-p", "no:cacheprovider", "--import-mode=append", f"--rootdir={rootdir}"]
-    args += [f"--confcutdir={rootdir}", "-c", str(spec["config"]), "--", *spec["tests"]]  # type: ignore[misc]
+    args += [f"--confcutdir={rootdir}", "-c", str(spec["config"]), "--", *tests]
     plugin = _ReportPlugin(emit, rootdir, sha256, confine)
     before = _bindings()
     sys.audit("fleetrl.grader.start")
@@ -502,4 +619,4 @@ def main(spec: dict[str, object]) -> None:
 
 
 if __name__ == "__main__":
-    main(json.loads(sys.argv[1]))
+    main(json.loads(sys.argv[1]), sys.argv[2:])

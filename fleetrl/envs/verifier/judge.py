@@ -15,11 +15,13 @@ passed is `tampering` (every correct solution fails it). Any other outcome of a 
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from fleetrl.envs.sandbox import ExecResult
+from fleetrl.envs.sandbox import ExecResult, Limits
 from fleetrl.envs.verifier.honeypots import Planted
 
 
@@ -30,6 +32,18 @@ class RunOutcome:
     tests: dict[str, str]  # node id -> outcome, as in VerifyResult.tests
     flags: frozenset[str] = frozenset()  # what the host's cross-checks of the report found
     honeypots: dict[str, str] = field(default_factory=dict)  # honeypot node id -> outcome
+
+
+def report_limits(limits: Limits, tests: Sequence[str]) -> Limits:
+    """`limits` with an output cap that holds every record of an honest report of `tests`
+    (three phases each, one per test module, at most 100 bytes beside each id) and 1 MiB
+    more: the host keeps only a head and a tail of a longer output, and the outcomes in
+    between would be lost (a suite of 765 tests and 21,000 subtests, or of many thousands of
+    parametrized tests, passes 1 MiB)."""
+    ids = sum(3 * (100 + len(json.dumps(t))) for t in tests)
+    modules = sum(200 + len(json.dumps(m)) for m in {t.split("::")[0] for t in tests})
+    cap = max(limits.max_output_bytes, (1 << 20) + ids + modules)
+    return dataclasses.replace(limits, max_output_bytes=cap)
 
 
 def _outcome(phases: dict[str, str]) -> str:

@@ -35,7 +35,7 @@ from fleetrl.envs.tasks.suites import grading_for
 from fleetrl.envs.verifier.changes import MAX_FILE_BYTES
 from fleetrl.envs.verifier.hidden import hidden_paths, restore_hidden_tests
 from fleetrl.envs.verifier.honeypots import Honeypots
-from fleetrl.envs.verifier.judge import RunOutcome, judge_report
+from fleetrl.envs.verifier.judge import RunOutcome, judge_report, report_limits
 from fleetrl.files import cache_dir
 from fleetrl.types import Task
 
@@ -150,15 +150,17 @@ def run_hidden_tests(
     hidden = hidden_paths(task)
     runner = runner_dir()
     ro_paths = sorted({sys.prefix, sys.base_prefix, str(runner)})
+    limits = report_limits(limits, tests)  # every record of the report fits the output cap
     with open_sandbox(repo, limits=limits, ro_paths=ro_paths) as sandbox:
         honeypots = Honeypots()  # fresh for this grading, planted before the agent's files
         hashes = restore_hidden_tests(sandbox, task, hidden, honeypots)
         config = _pytest_config(sandbox, repo, hidden)
         apply_changes(sandbox, repo, applied)
-        run_ids = honeypots.planted.run_ids(tests)  # the graded tests as the copy names them
-        spec = {"rootdir": sandbox.workdir, "config": config, "tests": run_ids}
-        spec["protected"] = sorted(hidden)
+        spec = {"rootdir": sandbox.workdir, "config": config, "protected": sorted(hidden)}
         argv = [sys.executable, "-I", "-B", str(runner / "grader_runner.py"), json.dumps(spec)]
+        # One argument each (a kernel takes at most 128 KiB in one argument): the graded
+        # tests as the copy names them, then the honeypots.
+        argv += honeypots.planted.run_ids(tests)
         # Only pytest's own plugins: whatever the host's Python has installed (hypothesis,
         # anyio, ...) is not the task's, and loading it doubled the cost of a grading.
         env = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}

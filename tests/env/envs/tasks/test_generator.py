@@ -129,6 +129,8 @@ def test_generation_keeps_tasks_and_reports_per_kind(generated: tuple) -> None:
     assert len({t.kind for t in tasks}) >= 7
     report = json.loads((out / REPORT_FILE).read_text())
     assert report["tasks"] == 10 and report["baseline_passing"] == 7
+    tried = sum(k["tried"] for k in report["by_kind"].values())
+    assert report["tried"] == tried and 10 <= tried < report["candidates"]
     assert sum(k["kept"] for k in report["by_kind"].values()) == 10
     assert load_tasks(tasks_dir=out) == tasks
     # Split by function: a folder trains, chooses and reports as the bundled suite does.
@@ -229,6 +231,30 @@ def test_a_mutation_whose_own_fix_the_verifier_refuses_is_no_task(tmp_path: Path
     assert [(t.kind, t.origin) for t in tasks] == [("operator_swap", "mod.py::double")]
     assert report["rejected"] == {"gold_flagged": 1}
     assert report["by_kind"]["comparison_flip"] == {"tried": 1, "kept": 0}
+
+
+# Suites plain pytest passes and fails as the generator wants, which the verifier grades
+# otherwise: a test the grader refuses (its process loads no library), a test that fails
+# only outside the grading sandbox (it reads the host's environment).
+NOT_GRADED = {
+    "gold_fails": "import ctypes\n\nfrom mod import triple\n\n\ndef test_triple():\n"
+    "    ctypes.CDLL(None)\n    assert triple(3) == 9\n",
+    "base_passes": "import os\n\nfrom mod import triple\n\n\ndef test_triple():\n"
+    "    assert triple(3) == 9 or 'FLEETRL_CACHE' not in os.environ\n",
+}
+
+
+@pytest.mark.parametrize("reason", list(NOT_GRADED))
+def test_a_task_the_verifier_does_not_grade_as_pytest_does_is_not_kept(
+    tmp_path: Path, reason: str
+) -> None:
+    files = {"mod.py": "def triple(x):\n    return x * 3\n", "test_mod.py": NOT_GRADED[reason]}
+    repo = write_files(tmp_path / "mini", files)
+    out = tmp_path / "out"
+    tasks = make_tasks(repo, out, kinds=["operator_swap"], progress=False, pytest_args=FAST)
+    report = json.loads((out / REPORT_FILE).read_text())
+    assert tasks == [] and report["rejected"] == {reason: report["tried"]} and report["tried"]
+    assert list((out / "repos").iterdir()) == []  # the written task is removed again
 
 
 def test_hard_coding_a_generated_tasks_parametrized_tests_scores_zero(tmp_path: Path) -> None:
