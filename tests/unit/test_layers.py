@@ -185,3 +185,9 @@ def test_rollout_reaches_suites_only_through_their_guides():
         if target == "fleetrl.envs.micro" or target.startswith("fleetrl.envs.micro.")
     ]
     assert wrong == []
+
+
+def test_no_module_is_over_600_lines():
+    """A module a newcomer reads in one sitting: one that grows past this splits by job."""
+    long = {module_name(p): n for p in sources() if (n := len(p.read_text().splitlines())) > 600}
+    assert long == {}

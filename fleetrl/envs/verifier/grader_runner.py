@@ -1,68 +1,48 @@
 """The grading run: pytest over the hidden tests, in the process that imports the agent's code.
 
 The verifier copies this file out of the package (it imports only the standard library and
-pytest) and runs it in the grading sandbox as
+pytest) and runs it in the grading sandbox as (node ids one argument each: a kernel takes
+128 KiB in one argument)
 
     python -I -B grader_runner.py '{"rootdir": R, "config": C, "protected": [...]}' TEST...
-
-(the graded node ids one argument each: a kernel takes 128 KiB in one argument, 2 MiB in all)
 
 Isolated mode (`-I`) ignores PYTHON* variables and the user site, and puts neither the
 script's folder nor the working directory on `sys.path`; the runner then *appends* the
 repository root, and pytest runs with `--import-mode=append`, so the standard library, pytest
 and its dependencies always win over a same-named file of the agent's.
 
-Before any code of the workspace runs, the runner
+Before any code of the workspace runs, the runner (docs/environments.md: why, and tests):
 
-- keeps a private duplicate of its stdout as the report channel (close-on-exec, so child
-  processes do not get it) and points fd 1 at stderr: nothing the graded code prints
-  reaches the host's stdout unless it writes to the report descriptor itself; it makes
-  itself non-dumpable, so child processes cannot reach that descriptor or its memory
-  through /proc;
-- makes `_posixsubprocess.fork_exec`, which multiprocessing's spawn calls directly,
-  raise an audit event as `subprocess` does;
-- makes `os.open` with a folder descriptor (`dir_fd`) raise its `open` event for the
-  whole path, where the interpreter's names only the part after the folder;
-- binds every primitive it reports with (`os.write`, the JSON string encoder, sha256,
-  `os._exit`) to local names, so patching those modules later changes nothing here;
-- replaces `os._exit` (and `posix._exit`): in the runner's process it reports the call and
-  exits with TAMPERED_EXIT, so only the runner itself, after its final record, can end the
-  process with pytest's status (a forger cannot write a whole passing report and leave
-  before the runner writes its own); in a forked child it exits as asked, and a forked
-  child never holds the report channel (closed after fork);
-- installs an audit hook (it cannot be removed) that, once switched on right before
-  `pytest.main`, refuses and reports the events that reach into the interpreter's memory
-  or other processes: ctypes, the gc object graph, other threads' frames, tracing and
-  profiling hooks, signals to processes, in-process exec, opening /proc/<pid>/mem, environ
-  or fd entries, writing, renaming, linking or removing a protected (hidden test) file, and
-  reading a hidden test module (its expected values are the answers) when the innermost
-  frame of the repository's code asking is the workspace's own, through whatever library
-  it asks, or from any thread but the main one. The hidden tests themselves may trace,
-  profile, signal and walk the gc graph (a doctest runner restores the trace function, a
-  process pool ends its workers with `os.kill`): such a call is allowed on the main thread
-  when every repository frame on the stack runs code compiled from a hidden test file when
-  the import system loaded it (the code objects pytest's or importlib's loader executed,
-  recorded then; a code object compiled elsewhere under a hidden test's name is not one),
-  and at least one does; so is the doctest runner's own `sys.settrace` with no workspace
-  frame on the stack. A trace or profile function still installed when a test ends (after
-  its teardown) is reported: a callback the agent's code left behind (a finalizer,
-  `weakref.finalize`) can run `sys.settrace` with only a test's frames on the stack, and it
-  could remove its tracer again only the same way;
-- refuses starting a program from the workspace's code (or off the main thread) while
-  the tests are being collected, and afterwards from any thread that can still read a
-  test module (one started before confinement, see Landlock below);
-- remembers which function every name of the runner's machinery is bound to (pytest,
-  pluggy, builtins, os, sys, json, hashlib), and which pytest plugins and import hooks are
-  in place once collection starts; a rebinding, a new non-conftest plugin, a new import
-  hook, or a test module not imported from its own file is reported too.
+- keeps a private, close-on-exec duplicate of stdout as the report channel, points fd 1 at
+  stderr, and makes itself non-dumpable (no child reaches the channel through /proc);
+- makes `_posixsubprocess.fork_exec` raise an audit event as `subprocess` does, and
+  `os.open` with a `dir_fd` raise its `open` event for the whole path;
+- binds the primitives it reports with (`os.write`, the JSON encoder, sha256, `os._exit`)
+  to local names, and replaces `os._exit` (and `posix._exit`) so that only the runner,
+  after its final record, ends its process with pytest's status (TAMPERED_EXIT otherwise;
+  a forked child exits as asked and never holds the channel);
+- installs an audit hook (it cannot be removed), switched on right before `pytest.main`,
+  that refuses and reports ctypes, the gc object graph, other threads' frames, tracing and
+  profiling hooks, signals, in-process exec, /proc/<pid>/mem, environ or fd entries,
+  writes to a protected (hidden test) file, and reads of a hidden test module when the
+  innermost repository frame asking is the workspace's own or the thread is not the main
+  one. The hidden tests themselves may trace, profile, signal and walk the gc graph (a
+  doctest runner, a process pool): allowed on the main thread when every repository frame
+  on the stack runs code the import system compiled from a hidden test file (recorded
+  when the loader ran it), and at least one does; so is the doctest runner's own
+  `sys.settrace`. A trace or profile function still installed when a test ends is
+  reported (a finalizer of the agent's could install one from a test's frame);
+- refuses starting a program from the workspace's code (or off the main thread) while the
+  tests are collected, and afterwards from any thread that can still read a test module;
+- remembers what every name of its machinery (pytest, pluggy, builtins, os, sys, json,
+  hashlib) is bound to and which plugins and import hooks are in place at collection; a
+  rebinding, a late non-conftest plugin or import hook, or a test module not imported from
+  its own file is reported.
 
 Once collection is done, the runner confines its main thread with Landlock where the kernel
-has it: from then on neither that thread nor any thread or process it starts can open a
-collected test module (or a hidden conftest) for reading; every other file stays
-readable. The processes the code under test starts (a `cat` of the test file) are why:
-the audit hook does not reach them. Where the kernel has no Landlock, a child process can
-still read the tests, and a thread started during collection may start programs
-(docs/environments.md).
+has it: neither that thread nor any thread or process it starts can then open a collected
+test module (or a hidden conftest), since the audit hook does not reach child processes;
+every other file stays readable. Without Landlock a child process can still read them.
 
 Records, one JSON object per line on the report channel:
 
@@ -73,11 +53,9 @@ Records, one JSON object per line on the report channel:
     {"kind": "final", "exit": X, "blocked": [E...]}  pytest's exit status, written last
 
 then `os._exit(X)`. The host trusts none of it on its own: it checks the lines against each
-other, against the hashes it took of the hidden tests, and against the exit status it saw
-(`fleetrl.envs.verifier`). Not covered: code under test can still write to the report
-descriptor; such lines show up as duplicates or contradictions, since the code cannot end
-the process before the runner writes its own final record (see docs/environments.md for
-what remains).
+other, the hidden tests' hashes it took and the exit status it saw (`judge.py`). Not
+covered: code under test can still write to the report descriptor; such lines show up as
+duplicates or contradictions (docs/environments.md has what remains).
 """
 
 from __future__ import annotations
