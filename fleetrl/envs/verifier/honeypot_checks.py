@@ -7,8 +7,11 @@ best tier first to catch the most and to risk the least: `LITERAL` (a wrong lite
 same type and shape: it catches objects equal to everything and oracles that answer what
 the test expects), then `object()` (always-equal objects), then a `raises` that no message
 matches, then negations (forged outcomes; a flipped bool is one), then orderings (they may
-depend on timing). `wrong_literal` is the perturbation, with its safety net: both
-literals must evaluate, to values of one type that differ. `Text` maps ast positions
+depend on timing). `wrong_literal` gives the wrong value, with its safety net: both
+literals must evaluate, to values of one type that differ. It is never the real value with
+one part moved (an oracle that reads every candidate would take their median): another
+graded test's expected value of the same shape, else a draw that holds the real value at a
+random place. `Text` maps ast positions
 (UTF-8 byte columns) to offsets in the module's text, so that every copy keeps its
 source's text but for its edits. `read_params` and `row_of` read a `parametrize` table
 and find the row a node id names, where pytest's ids can be known from the source.
@@ -142,20 +145,127 @@ def _literal_text(value: object, like: str) -> str:
     return text
 
 
-def wrong_literal(node: ast.expr, src: Text, rng: random.Random) -> list[Edit] | None:
-    """Edits turning the literal `node` into one of the same type and shape that no value
-    equal to it equals (None: not a literal this can perturb for sure)."""
-    edits = _perturb(node, src, rng)
-    if edits is None:
-        return None
-    start, end = src.span(node)
-    try:  # the safety net: both literals, and unequal
-        old = ast.literal_eval(src.text[start:end])
-        new = ast.literal_eval(apply_edits(src.text, start, end, edits))
+def _shape(value: object) -> object:
+    """What a plausible answer shares with `value`: its type, and for a list or tuple its
+    length and its elements' shapes (a dict or set: its size)."""
+    if isinstance(value, list | tuple):
+        return type(value), tuple(_shape(v) for v in value)
+    return (type(value), len(value)) if isinstance(value, dict | set) else type(value)
+
+
+def _evaluate(text: str) -> tuple[bool, object]:
+    try:
+        return True, ast.literal_eval(text)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return False, None
+
+
+def wrong_literal(
+    node: ast.expr,
+    src: Text,
+    rng: random.Random,
+    others: Sequence[ast.expr] = (),
+    seed: int | None = None,
+    taken: list[object] | None = None,
+) -> list[Edit] | None:
+    """An edit turning the literal `node` into one of the same type that no value equal to
+    it equals (None: not a literal this can turn for sure), chosen so that the candidates
+    for one input do not point at the real value: the expected value of another test
+    (`others`, literal nodes) of the same shape; else a fresh draw of the same shape (each
+    number uniform over a range that holds the real one at a random place, that place the
+    same for every draw with one `seed`: the real value is then one draw among them); else
+    another test's value of the same type; else one element changed or added. `taken` holds
+    the values given already (none is given twice; the new one is added)."""
+    start, end = src.span(node)
+    found, old = _evaluate(src.text[start:end])
+    if not found:
         return None
-    same_type = type(old) is type(new) or old is None
-    return edits if same_type and old != new else None
+    taken = [] if taken is None else taken
+
+    def fits(text: str, same_shape: bool) -> object:
+        ok, new = _evaluate(text)
+        if not ok or not (type(old) is type(new) or old is None) or old == new or new in taken:
+            return _NOTHING
+        return new if not same_shape or _shape(new) == _shape(old) else _NOTHING
+
+    borrowed = list(dict.fromkeys(src.of(o) for o in others if src.span(o) != (start, end)))
+    rng.shuffle(borrowed)
+    seed = rng.getrandbits(64) if seed is None else seed
+    tries: list[Callable[[], str | None]] = [
+        *[lambda text=text: text for text in borrowed],
+        *[lambda: _drawn(node, src, rng, random.Random(seed))] * 8,
+    ]
+    for same_shape in (True, False):
+        for attempt in [*tries, *([] if same_shape else [lambda: _perturbed(node, src, rng)])]:
+            text = attempt()
+            if text is not None and (new := fits(text, same_shape)) is not _NOTHING:
+                taken.append(new)
+                return [(start, end, text)]
+    return None
+
+
+_NOTHING = object()
+
+
+def _perturbed(node: ast.expr, src: Text, rng: random.Random) -> str | None:
+    edits = _perturb(node, src, rng)
+    start, end = src.span(node)
+    return None if edits is None else apply_edits(src.text, start, end, edits)
+
+
+def _drawn(node: ast.expr, src: Text, rng: random.Random, places: random.Random) -> str | None:
+    """`node`'s text with every number and text in it drawn afresh, independently of its
+    value (`places`: where each real number sits in its range; one value drawn from it per
+    leaf, in order, so that draws with one seed share them)."""
+    edits: list[Edit] = []
+    todo = [node]
+    while todo:
+        part = todo.pop(0)
+        if isinstance(part, ast.List | ast.Tuple | ast.Set):
+            if any(isinstance(e, ast.Starred) for e in part.elts):
+                return None
+            todo[:0] = part.elts
+            continue
+        if isinstance(part, ast.Dict):
+            if any(k is None for k in part.keys):
+                return None
+            todo[:0] = part.values
+            continue
+        ok, value = _evaluate(src.of(part))
+        if not ok or isinstance(value, list | tuple | set | dict):
+            return None
+        place = places.random()
+        start, end = src.span(part)
+        if isinstance(value, bool):
+            edits.append((start, end, repr(rng.random() < 0.5)))
+        elif isinstance(value, int | float) and value == value and abs(value) < 1e15:
+            width = max(abs(value), 10)
+            low = value - place * width
+            if isinstance(value, int):
+                new: object = rng.randint(round(low), round(low + width))
+            else:
+                text = repr(value)
+                decimals = max(1, len(text.split(".")[-1])) if "e" not in text else 3
+                new = round(low + rng.uniform(0, width), decimals)
+            new = abs(new) if value >= 0 else new  # type: ignore[arg-type]
+            edits.append((start, end, _literal_text(new, "")))
+        elif isinstance(value, str | bytes):
+            is_bytes = isinstance(value, bytes)
+            chars = list(value.decode("latin-1") if is_bytes else value)
+            for i, c in enumerate(chars):
+                pool = next(
+                    (p for p in (string.digits, string.ascii_lowercase, string.ascii_uppercase)
+                     if c in p),
+                    None,
+                )  # fmt: skip
+                chars[i] = rng.choice(pool) if pool else c
+            text = "".join(chars)
+            drawn = text.encode("latin-1") if is_bytes else text
+            edits.append((start, end, _literal_text(drawn, src.text[start:end])))
+        elif value is not None:
+            return None
+    start, end = src.span(node)
+    return apply_edits(src.text, start, end, edits)
 
 
 def _perturb(node: ast.expr, src: Text, rng: random.Random) -> list[Edit] | None:
@@ -341,6 +451,9 @@ class Checks:
     ) -> None:
         self.func, self.src, self.params, self.row = func, src, params, row
         self.found: list[tuple[int, Maker]] = []
+        self.literals: list[ast.expr] = []  # the expected values a wrong literal may replace
+        self.others: list[ast.expr] = []  # other graded tests' (honeypots.py sets them)
+        self._draws: dict[tuple[int, int], tuple[int, list[object]]] = {}
         uses = [n.id for n in ast.walk(func) if isinstance(n, ast.Name)]
         self.once = {name for name in set(uses) if uses.count(name) == 1}
         body = func.body[1:] if ast.get_docstring(func) is not None else func.body
@@ -363,10 +476,18 @@ class Checks:
             if wrong_literal(literal, src, random.Random(0)) is not None:
                 flip = isinstance(literal, ast.Constant) and isinstance(literal.value, bool)
                 tier = _NEGATION if flip else LITERAL
-                self.found.append((tier, lambda rng, node=literal: wrong_literal(node, src, rng)))
+                self.literals += [] if flip else [literal]
+                self.found.append((tier, lambda rng, node=literal: self._wrong(node, rng)))
                 return
         start, end = src.span(right)
         self.found.append((_OBJECT, lambda rng: [(start, end, "object()")]))
+
+    def _wrong(self, node: ast.expr, rng: random.Random) -> list[Edit] | None:
+        """A wrong literal for `node`: the copies of one check share their draws' places
+        and never get one value twice."""
+        seed, taken = self._draws.setdefault(self.src.span(node), (rng.getrandbits(64), []))
+        others = [*self.others, *(n for n in self.literals if n is not node)]
+        return wrong_literal(node, self.src, rng, others, seed, taken)
 
     def _row_value(self, name: str) -> ast.expr | None:
         params, row = self.params, self.row

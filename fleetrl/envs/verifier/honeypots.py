@@ -20,7 +20,7 @@ copy. A honeypot is made only from a graded test whose check it can turn *for su
 
 | check (a top-level statement of the test) | honeypot |
 |---|---|
-| `assert X == <literal>` (either side, or its parametrize row's) | a wrong literal, same type |
+| `assert X == <literal>` (either side, or its parametrize row's) | another answer, same type |
 | `assert X == Y` | `assert X == object()` |
 | `assert X in Y`, `not in`, `is`, `is not`; `assert not X` | the negation (`not in`, `X`, ...) |
 | `assert X` (any other expression, `!=`, `<`) | `assert not (X)` |
@@ -406,6 +406,14 @@ def make_honeypots(
                 source = _find(trees[path][0], test, trees[path][1])
                 if source is not None:
                     sources.append(source)
+    for source in sources:  # a wrong literal may be another graded test's expected value
+        path = source.test.split("::")[0]
+        source.checks.others = [
+            node
+            for other in sources
+            if other is not source and other.test.split("::")[0] == path
+            for node in other.checks.literals
+        ]
     counts: dict[int, int] = {}
     for round_ in range(2):
         for i, source in enumerate(sources):
