@@ -53,7 +53,7 @@ from pathlib import Path
 
 from fleetrl.envs.micro.gold import GoldChange, gold_change
 from fleetrl.envs.micro.statement import parse_statement
-from fleetrl.envs.tasks.guide import edit_windows
+from fleetrl.envs.tasks.guide import edit_windows, scripted_completion
 from fleetrl.envs.tasks.mutations import find_mutations
 from fleetrl.model.chat import (
     GENERATION_PROMPT,
@@ -341,14 +341,4 @@ class Expert:
         ids = self.tokenizer.encode(format_reply(message) + IM_END)
         if 0 <= turn < len(self.plan) and self.plan[turn] in UNLEARNED_STEPS and not problems:
             self.unlearned[solution.task_id].append(ids)
-        if len(ids) > params.max_tokens:
-            problems.append(f"reply of {len(ids)} tokens exceeds the budget")
-            ids = ids[: params.max_tokens]
-        stopped = ids[-1] == self.tokenizer.eos_id
-        return Completion(
-            prompt_ids=list(prompt_ids),
-            token_ids=ids,
-            logprobs=[0.0] * len(ids),
-            versions=[0] * len(ids),
-            finish_reason="stop" if stopped else "length",
-        )
+        return scripted_completion(prompt_ids, ids, params, self.tokenizer.eos_id, problems)

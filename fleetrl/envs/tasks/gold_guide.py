@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fleetrl.envs.tasks import guide
-from fleetrl.envs.tasks.guide import edit_windows
+from fleetrl.envs.tasks.guide import edit_windows, scripted_completion
 from fleetrl.model.chat import (
     GENERATION_PROMPT,
     IM_END,
@@ -282,17 +282,7 @@ class GoldScript:
         done = problems or not 0 <= turn < len(steps)
         call = ToolCall("finish", {}) if done else steps[turn][1]
         ids = self.tokenizer.encode(format_reply(Message("assistant", "", [call])) + IM_END)
-        if len(ids) > params.max_tokens:
-            problems.append(f"reply of {len(ids)} tokens exceeds the budget")
-            ids = ids[: params.max_tokens]
-        stopped = ids[-1] == self.tokenizer.eos_id
-        return Completion(
-            prompt_ids=list(prompt_ids),
-            token_ids=ids,
-            logprobs=[0.0] * len(ids),
-            versions=[0] * len(ids),
-            finish_reason="stop" if stopped else "length",
-        )
+        return scripted_completion(prompt_ids, ids, params, self.tokenizer.eos_id, problems)
 
 
 class GoldPatchGuide:

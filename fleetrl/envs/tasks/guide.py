@@ -95,3 +95,20 @@ def edit_windows(start: int, end: int, n_lines: int) -> list[tuple[int, int]]:
             if a >= 0 and b <= n_lines and b > a:
                 out.append((a, b))
     return out
+
+
+def scripted_completion(
+    prompt_ids: list[int], ids: list[int], params: SamplingParams, eos_id: int, problems: list[str]
+) -> Completion:
+    """A scripted policy's reply `ids` as the engine would return it: cut to the token
+    budget (a reply over it is noted in `problems`), logprob 0 and version 0 per token."""
+    if len(ids) > params.max_tokens:
+        problems.append(f"reply of {len(ids)} tokens exceeds the budget")
+        ids = ids[: params.max_tokens]
+    return Completion(
+        prompt_ids=list(prompt_ids),
+        token_ids=ids,
+        logprobs=[0.0] * len(ids),
+        versions=[0] * len(ids),
+        finish_reason="stop" if ids[-1] == eos_id else "length",
+    )
