@@ -16,6 +16,9 @@ What a command sees and may do:
   entries (no passwd/shadow of the host, no package-manager credentials), the Python
   prefixes (`sys.prefix`, `sys.base_prefix`) at their host paths so tasks run pytest. The
   root itself is a read-only tmpfs; nothing else of the host exists inside.
+- Never fleetrl itself: where the package lies under a mounted folder (installed into
+  site-packages rather than editable), an empty read-only folder covers it, so code in a
+  sandbox cannot import the bundled suites and rebuild a task's hidden tests.
 - No network: a new network namespace holds only its own loopback.
 - Its own PID namespace: no host process is visible; when the command exits, every
   process it left behind is killed with the namespace.
@@ -41,6 +44,7 @@ import threading
 import weakref
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from functools import cache
+from pathlib import Path
 
 from fleetrl.envs.sandbox import changes, fs
 from fleetrl.envs.sandbox.base import Sandbox, command_argv
@@ -85,6 +89,9 @@ def _prepared(root: str) -> str:
     return etc
 
 
+PACKAGE_DIR = str(Path(__file__).resolve().parents[2])  # fleetrl/, as installed
+
+
 def default_ro_paths() -> list[str]:
     """The interpreter prefixes commands need to run this Python (venv and its base)."""
     paths = []
@@ -114,7 +121,19 @@ def _bwrap_args(mnt: str, etc: str, limits: Limits, ro_paths: Sequence[str]) -> 
     args += ["--bind", f"{mnt}/merged", WORKDIR, "--bind", f"{mnt}/tmp", "/tmp"]
     for path in ro_paths:
         args += ["--ro-bind", path, path]
+    for cover in _views_of(PACKAGE_DIR, ["/usr", *ro_paths]):
+        args += ["--tmpfs", cover, "--remount-ro", cover]
     return [*args, "--chdir", WORKDIR, "--remount-ro", "/"]
+
+
+def _views_of(path: str, mounted: Sequence[str]) -> list[str]:
+    """Where `path` (resolved) shows inside the sandbox through the `mounted` folders."""
+    views = []
+    for folder in mounted:
+        real = os.path.realpath(folder)
+        if os.path.commonpath([path, real]) == real:
+            views.append(os.path.join(folder, os.path.relpath(path, real)))
+    return sorted(set(views))
 
 
 _self_tested = threading.Event()

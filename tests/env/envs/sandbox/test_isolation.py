@@ -15,6 +15,7 @@ import pytest
 
 import fleetrl
 from fleetrl.envs.sandbox import open_sandbox
+from fleetrl.envs.sandbox.bwrap import default_ro_paths
 from fleetrl.envs.sandbox.mounts import sandbox_root
 
 
@@ -128,3 +129,17 @@ def test_host_file_api_cannot_be_tricked_by_workspace_links(base: Path, tmp_path
         assert sb.read_file("inside/f") == b"ok\n"
     assert outside.read_text() == "host secret"
     assert not (tmp_path / "written").exists()
+
+
+def test_fleetrl_installed_under_a_mounted_folder_is_covered(base: Path) -> None:
+    # Installed into site-packages (not editable), the package sits in a prefix every
+    # sandbox mounts; the bundled suites there would rebuild a task's hidden tests.
+    package = Path(fleetrl.__file__).parent
+    site = str(package.parent)  # mounted like a prefix's site-packages would be
+    with open_sandbox(base, ro_paths=[site, *default_ro_paths()]) as sb:
+        assert sb.exec(["ls", "-A", str(package)]).stdout == ""
+        imported = sb.exec([sys.executable, "-I", "-c", f"import sys; sys.path.append({site!r}); "
+                            "import fleetrl.envs.micro"])  # fmt: skip
+        assert imported.exit_code == 1 and "ModuleNotFoundError" in imported.stderr
+        assert sb.exec(["touch", f"{package}/x.py"]).exit_code != 0  # and stays empty
+        assert sb.exec(["ls", str(package.parent / "pyproject.toml")]).exit_code == 0
