@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from fleetrl.cli.common import fail
+
+if TYPE_CHECKING:
+    from fleetrl.inference.recording import GroupSink
 
 model_app = typer.Typer(
     help="Create and inspect policy checkpoints.",
@@ -104,6 +107,41 @@ def serve(
     threads: Annotated[
         int | None, typer.Option(help="torch CPU threads (default: torch's own choice).")
     ] = None,
+    record: Annotated[
+        bool,
+        typer.Option(
+            "--record",
+            help="Record each chat session (the request's `user`) as a token-level trajectory; "
+            "GET /v1/sessions/ID reads it, POST /v1/sessions/ID/reward ends it "
+            "(docs/serving.md).",
+        ),
+    ] = False,
+    session_ttl: Annotated[
+        float,
+        typer.Option(
+            help="With --record: seconds a session may go without a turn or reward before it "
+            "expires (counted in GET /v1/sessions, never trained on)."
+        ),
+    ] = 3600.0,
+    group_size: Annotated[
+        int,
+        typer.Option(
+            help="With --record: rewarded sessions of one task_id that form a group "
+            "(match the run's rollout.group_size)."
+        ),
+    ] = 8,
+    store: Annotated[
+        str,
+        typer.Option(
+            "--store",
+            help="With --record: a run's object store (folder or s3://bucket/prefix, as "
+            "`fleetrl run create`); rewarded groups go into its trajectory channel.",
+        ),
+    ] = "",
+    region: Annotated[
+        str,
+        typer.Option(help="With --store: the name the groups carry in the channel."),
+    ] = "serve",
 ) -> None:
     """Serve a checkpoint: OpenAI-compatible API, token-level /generate, weight updates."""
     if not 0 <= port <= 65535:
@@ -116,6 +154,15 @@ def serve(
         raise fail(f"--threads must be >= 1, got {threads}")
     if dtype not in ("auto", "float32", "bfloat16", "float16"):
         raise fail(f"--dtype must be auto, float32, bfloat16 or float16, not {dtype!r}")
+    if not session_ttl > 0:
+        raise fail(f"--session-ttl must be > 0 seconds, got {session_ttl}")
+    if group_size < 1:
+        raise fail(f"--group-size must be >= 1, got {group_size}")
+    if store and not record:
+        raise fail("--store needs --record (only recorded sessions are sent to a run)")
+    if not region.replace("-", "").replace("_", "").isalnum():
+        raise fail(f"--region {region!r}: use letters, digits, '-' and '_'")
+    sink = channel_sink(store, region) if store else None
     from fleetrl.model.checkpoint import CheckpointError, read_config, resolve_checkpoint
 
     path = resolve_checkpoint(checkpoint)
@@ -143,6 +190,35 @@ def serve(
             max_model_len=max_model_len,
             dtype=dtype,
             threads=threads,
+            record=record,
+            session_ttl_s=session_ttl,
+            group_size=group_size,
+            sink=sink,
+            region=region,
         )
     except (CheckpointError, FileNotFoundError, ListenError) as err:
         raise fail(str(err)) from None
+
+
+def channel_sink(url: str, region: str) -> GroupSink:
+    """Rewarded groups into the trajectory channel of the run in the store at `url`, as
+    region `region` (`fleetrl.store.trajectories`); fails at once when no run is there."""
+    from fleetrl.store.objectstore import BadStoreURL, StoreUnreachable, open_store
+    from fleetrl.store.run import CONFIG_KEY
+    from fleetrl.store.trajectories import RegionReport, TrajectoryChannel
+    from fleetrl.types import Trajectory
+
+    try:
+        store = open_store(url)
+        if not store.exists(CONFIG_KEY):
+            raise fail(f"--store {url}: no run there (make one with `fleetrl run create`)")
+    except (BadStoreURL, StoreUnreachable) as err:
+        raise fail(str(err)) from None
+    channel = TrajectoryChannel(store)
+
+    def send(group: list[Trajectory]) -> None:
+        versions = [v for t in group for s in t.segments for v in s.versions if v >= 0]
+        report = RegionReport(region, max(versions, default=0), [t.duration_s for t in group])
+        channel.append(region, group, report)
+
+    return send

@@ -115,6 +115,8 @@ class ChatRequest(BaseModel):
     logprobs: bool = False  # return the logprob of each generated token
     top_logprobs: int | None = Field(None, ge=0, le=20)  # with logprobs: alternatives per token
     stream: bool = False  # must be false: streaming is not supported
+    # End-user id; with `fleetrl serve --record` the session the turn is recorded in.
+    user: str | None = Field(None, max_length=256)
 
 
 def to_messages(messages: list[ChatMessage]) -> list[Message]:

@@ -7,14 +7,23 @@
     POST /generate             token ids in, Completion out: the RL path
     POST /update_weights       raw safetensors bytes in (a subset is fine); needs the admin token
 
+With a `SessionRecorder` (`fleetrl serve --record`; `fleetrl.inference.recording`), chat
+requests with a `user` are recorded as token-level sessions, and:
+
+    GET  /v1/sessions                   the recorder's counters and the session ids held
+    GET  /v1/sessions/{id}              one session's segments and turn count
+    POST /v1/sessions/{id}/reward       {"reward", "task_id"?}: ends it, its trajectory is grouped
+
 This module is the HTTP side: the app, its routes, admin auth, request size limits, error
 handling and `serve()`. What the bodies look like, the request schemas and the response
 builders, is `fleetrl.inference.protocol`.
 
 Every error is OpenAI-style JSON, `{"error": {"message", "type", "code"}}`. A client's
 mistakes are 4xx: schema violations and `fleetrl.types.InvalidRequest` (raised by the engine
-or the protocol) are 400s. Anything else, a ValueError from inside a decode step included, is
-the server's failure: a 500.
+or the protocol) are 400s, an unknown session a 404, a second reward a 409. Anything else, a
+ValueError from inside a decode step included, is the server's failure: a 500. The admin
+route answers 401/403 to a caller without the admin token before it looks at anything else
+(query, body size, body).
 
 Not covered: streaming, `echo`, batched prompts, penalties and logit bias.
 """
@@ -57,6 +66,13 @@ from fleetrl.inference.protocol import (
     token_text,
     usage,
 )
+from fleetrl.inference.recording import (
+    GroupSink,
+    RewardRequest,
+    SessionEnded,
+    SessionRecorder,
+    UnknownSession,
+)
 from fleetrl.model.chat import encode_chat
 from fleetrl.model.checkpoint import DTYPES, load_pretrained
 from fleetrl.model.tokenizer import Tokenizer
@@ -67,6 +83,7 @@ ERROR_TYPES = {
     401: "authentication_error",
     403: "permission_error",
     404: "not_found_error",
+    409: "conflict_error",
     413: "request_too_large",
 }
 
@@ -102,18 +119,34 @@ class BodySizeLimit:
     one (chunked) is counted as it arrives and refused as soon as it passes the limit.
     """
 
-    def __init__(self, app: ASGIApp, default_limit: int, path_limits: dict[str, int]) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        default_limit: int,
+        path_limits: dict[str, int],
+        admin_paths: frozenset[str] = frozenset(),
+        admin_token: str | None = None,
+    ) -> None:
+        """`admin_paths`: routes whose callers without `admin_token` pass unchecked, so that
+        the route answers them 401/403 before anything about its body is revealed (it reads
+        no body before checking the token)."""
         self.app = app
         self.default_limit = default_limit
         self.path_limits = path_limits
+        self.admin_paths = admin_paths
+        self.admin_token = admin_token
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        headers = Headers(scope=scope)
+        if scope["path"] in self.admin_paths and not is_admin(headers, self.admin_token):
+            await self.app(scope, receive, send)
+            return
         limit = self.path_limits.get(scope["path"], self.default_limit)
         message = f"request body is larger than this endpoint's limit of {limit} bytes"
-        declared = Headers(scope=scope).get("content-length", "")
+        declared = headers.get("content-length", "")
         if declared.isdigit() and int(declared) > limit:
             await error_response(413, message)(scope, receive, send)
             return
@@ -160,13 +193,22 @@ def create_app(
     admin_token: str | None,
     max_request_bytes: int = 1 << 20,
     max_update_bytes: int = 8 << 30,
+    recorder: SessionRecorder | None = None,
 ) -> FastAPI:
     """The FastAPI app serving `engine`. The engine runs on the app's event loop and is
-    closed when the app shuts down."""
+    closed when the app shuts down. With a `recorder`, chat sessions are recorded and the
+    /v1/sessions routes exist; its expiry sweeps run while the app does."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        sweeps = asyncio.create_task(recorder.run()) if recorder else None
         yield
+        if sweeps is not None and recorder is not None:
+            sweeps.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sweeps
+            await recorder.flush()
+            recorder.close()
         await engine.close()
 
     app = FastAPI(title="fleetrl", lifespan=lifespan)
@@ -174,6 +216,8 @@ def create_app(
         BodySizeLimit,
         default_limit=max_request_bytes,
         path_limits={"/update_weights": max_update_bytes},
+        admin_paths=frozenset({"/update_weights"}),
+        admin_token=admin_token,
     )
     eos_text = token_text(tokenizer, tokenizer.eos_id)
     started = int(time.time())
@@ -189,6 +233,14 @@ def create_app(
     @app.exception_handler(InvalidRequest)
     async def client_mistake(request: Request, err: InvalidRequest) -> JSONResponse:
         return error_response(400, str(err))
+
+    @app.exception_handler(UnknownSession)
+    async def unknown_session(request: Request, err: UnknownSession) -> JSONResponse:
+        return error_response(404, str(err))
+
+    @app.exception_handler(SessionEnded)
+    async def session_ended(request: Request, err: SessionEnded) -> JSONResponse:
+        return error_response(409, str(err))
 
     @app.exception_handler(Exception)
     async def server_error(request: Request, err: Exception) -> JSONResponse:
@@ -266,7 +318,7 @@ def create_app(
         """OpenAI chat completions: the chat template in, content and tool calls out."""
         if request.stream:
             raise HTTPException(400, "streaming is not supported; send stream=false")
-        prompt_ids = encode_chat(tokenizer, to_messages(request.messages), request.tools)
+        messages = to_messages(request.messages)
         stops = [*as_list(request.stop), eos_text]
         top_logprobs = (request.top_logprobs or 0) if request.logprobs else None
         params = SamplingParams(
@@ -278,8 +330,23 @@ def create_app(
             seed=request.seed,
             top_logprobs=top_logprobs or 0,
         )
-        results = await generate_n(engine, prompt_ids, params, request.n)
-        choices = [chat_choice(tokenizer, i, c, stops, top_logprobs) for i, c in enumerate(results)]
+        if recorder is not None and request.user:
+            if request.n != 1:
+                raise HTTPException(400, "n must be 1 in a recorded session (one `user`)")
+            temperature = request.temperature
+            async with recorder.turn(request.user, messages, request.tools, temperature) as turn:
+                prompt_ids = turn.prompt_ids
+                [completion] = await generate_n(engine, prompt_ids, params, 1)
+                choices = [chat_choice(tokenizer, 0, completion, stops, top_logprobs)]
+                turn.record(completion, len(choices[0]["token_ids"]), choices[0]["message"])
+        else:
+            if recorder is not None:
+                recorder.note_unrecorded()
+            prompt_ids = encode_chat(tokenizer, messages, request.tools)
+            results = await generate_n(engine, prompt_ids, params, request.n)
+            choices = [
+                chat_choice(tokenizer, i, c, stops, top_logprobs) for i, c in enumerate(results)
+            ]
         return {
             "id": f"chatcmpl-{uuid.uuid4().hex}",
             "object": "chat.completion",
@@ -291,9 +358,16 @@ def create_app(
         }
 
     @app.post("/update_weights")
-    async def update_weights(request: Request, version: int) -> dict[str, Any]:
-        """Swap in new weights (safetensors bytes, any subset) between two decode steps."""
+    async def update_weights(request: Request) -> dict[str, Any]:
+        """Swap in new weights (safetensors bytes, any subset) between two decode steps;
+        `?version=N` names them. The admin token is checked before anything else."""
         check_admin(request, admin_token)
+        given = request.query_params.get("version", "")
+        try:
+            version = int(given)
+        except ValueError:
+            message = f"version: need an integer query parameter, not {given!r}"
+            raise HTTPException(400, message) from None
         body = await request.body()
         try:
             state_dict = await asyncio.to_thread(safetensors.torch.load, body)
@@ -302,15 +376,44 @@ def create_app(
         pause_s = await engine.update_weights(state_dict, version)
         return {"version": version, "pause_s": pause_s, "tensors": len(state_dict)}
 
+    if recorder is not None:
+        add_session_routes(app, recorder)
     return app
+
+
+def add_session_routes(app: FastAPI, recorder: SessionRecorder) -> None:
+    """The /v1/sessions routes of a recording server (`fleetrl.inference.recording`)."""
+
+    @app.get("/v1/sessions")
+    async def sessions() -> dict[str, Any]:
+        """The recorder's counters (expired sessions included) and the session ids held."""
+        await recorder.sweep()
+        return recorder.summary()
+
+    @app.get("/v1/sessions/{session_id}")
+    async def session(session_id: str) -> JSONResponse:
+        """One session's recording: segments (token_ids, loss_mask, logprobs, versions, ...)."""
+        return JSONResponse(recorder.view(session_id))  # skips FastAPI's slow encoder
+
+    @app.post("/v1/sessions/{session_id}/reward")
+    async def reward(session_id: str, body: RewardRequest) -> dict[str, Any]:
+        """End a session with its reward; it becomes a trajectory of its task's group."""
+        return await recorder.reward(session_id, body.reward, body.task_id)
+
+
+def is_admin(headers: Headers, admin_token: str | None) -> bool:
+    """Whether the request carries `Authorization: Bearer <admin_token>` (never without one)."""
+    if admin_token is None:
+        return False
+    scheme, _, given = headers.get("authorization", "").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(given.encode(), admin_token.encode())
 
 
 def check_admin(request: Request, admin_token: str | None) -> None:
     """403 when the server has no admin token, 401 unless the bearer token matches it."""
     if admin_token is None:
         raise HTTPException(403, "weight updates are disabled: start the server with --admin-token")
-    scheme, _, given = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(given.encode(), admin_token.encode()):
+    if not is_admin(request.headers, admin_token):
         raise HTTPException(
             401, "missing or wrong admin token", headers={"WWW-Authenticate": "Bearer"}
         )
@@ -363,12 +466,19 @@ def serve(
     max_model_len: int = 2048,
     dtype: str = "auto",
     threads: int | None = None,
+    record: bool = False,
+    session_ttl_s: float = 3600.0,
+    group_size: int = 8,
+    sink: GroupSink | None = None,
+    region: str = "serve",
 ) -> None:
     """Load a checkpoint and its tokenizer and serve them until interrupted (`fleetrl serve`).
 
     `dtype="auto"` keeps the checkpoint's dtype; `threads=None` leaves torch's default;
     `max_model_len=0` is the model's own maximum (at most 4096). The model runs on the GPU
     when there is one. Raises ListenError, before loading anything, when it cannot listen.
+    With `record`, chat sessions are recorded (`SessionRecorder`: `session_ttl_s`,
+    `group_size`; groups go to `sink`, named after `region`).
     """
     if max_batch_size < 1 or max_model_len < 0 or (threads is not None and threads < 1):
         raise ValueError(
@@ -384,12 +494,18 @@ def serve(
         tokenizer = Tokenizer.from_pretrained(checkpoint)
         engine = Engine(model, max_batch_size=max_batch_size, max_model_len=max_model_len)
         name = checkpoint.resolve().name
-        app = create_app(engine, tokenizer, model_name=name, admin_token=admin_token)
+        recorder = None
+        if record:
+            recorder = SessionRecorder(tokenizer, session_ttl_s, group_size, sink, region)
+        app = create_app(
+            engine, tokenizer, model_name=name, admin_token=admin_token, recorder=recorder
+        )
         updates = "enabled" if admin_token else "disabled"
+        recording = "" if recorder is None else f", recording sessions ({where_to(sink)})"
         bound = sockets[0].getsockname()[1]  # the port picked when `port` is 0
         print(
             f"fleetrl: serving {name} on http://{host_port(host, bound)} ({device}, "
-            f"max_model_len {engine.max_model_len}, weight updates {updates})",
+            f"max_model_len {engine.max_model_len}, weight updates {updates}{recording})",
             flush=True,
         )
         server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
@@ -399,3 +515,8 @@ def serve(
     finally:
         for sock in sockets:
             sock.close()
+
+
+def where_to(sink: GroupSink | None) -> str:
+    """Where rewarded groups go, for the start-up line."""
+    return "rewarded groups to the store" if sink else "no store: rewarded groups are not sent"
