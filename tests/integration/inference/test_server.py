@@ -386,6 +386,30 @@ def test_update_weights_refuses_bad_tokens(updatable: Served, tokenizer: Tokeniz
     assert_same_generation(generate(updatable, [1, 2, 3], max_tokens=8, seed=5), before)
 
 
+def test_update_weights_answers_a_caller_without_the_token_before_anything_else(
+    dense: Served, updatable: Served
+) -> None:
+    # No version query, a bad one, a body over the limit: nothing about the endpoint shows.
+    for query in ("", "?version=x", "?version=1"):
+        for body in (b"", b"\0" * (UPDATE_LIMIT + 1)):
+            for token in (None, "wrong"):
+                headers = {"Authorization": f"Bearer {token}"} if token else {}
+                url = f"{updatable.url}/update_weights{query}"
+                response = httpx.post(url, content=body, headers=headers, timeout=60)
+                assert_error(response, 401)
+            response = httpx.post(f"{dense.url}/update_weights{query}", content=body, timeout=60)
+            assert_error(response, 403)  # a server without an admin token
+    error = assert_error(post_update_query(updatable, ""), 400)  # with the token: the query
+    assert "version" in error["message"]
+    assert_error(post_update_query(updatable, "?version=x"), 400)
+    assert health(updatable)["version"] == 0
+
+
+def post_update_query(served: Served, query: str) -> httpx.Response:
+    headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    return httpx.post(f"{served.url}/update_weights{query}", content=b"", headers=headers)
+
+
 def test_update_weights_applies_and_validates(updatable: Served, tokenizer: Tokenizer) -> None:
     before = generate(updatable, [1, 2, 3], max_tokens=8, seed=5)
     response = post_update(updatable, new_weights(tokenizer, seed=1), version=1)

@@ -126,6 +126,10 @@ def no_server(monkeypatch):
         (["--max-batch-size", "0"], "--max-batch-size"),
         (["--max-batch-size", "-1"], "--max-batch-size"),
         (["--threads", "-3"], "--threads"),
+        (["--record", "--session-ttl", "0"], "--session-ttl"),
+        (["--record", "--group-size", "0"], "--group-size"),
+        (["--store", "runs/x"], "--store needs --record"),
+        (["--record", "--region", "a/b"], "--region"),
     ],
 )
 def test_serve_refuses_bad_options_before_serving(tiny_checkpoint, no_server, options, named):
@@ -139,3 +143,18 @@ def test_serve_accepts_the_shipped_base_model(no_server):
     result = runner.invoke(app, ["serve", "base", "--max-model-len", "0"])
     assert result.exit_code == 0, result.output
     assert no_server == [BUNDLED_MODELS["base"]]
+
+
+def test_serve_record_refuses_a_store_without_a_run(tiny_checkpoint, no_server, tmp_path):
+    result = runner.invoke(
+        app, ["serve", str(tiny_checkpoint), "--record", "--store", str(tmp_path)]
+    )
+    assert result.exit_code == 2, result.output
+    assert "no run there" in result.output and no_server == []
+
+
+def test_serve_help_documents_recording():
+    result = runner.invoke(app, ["serve", "--help"], terminal_width=200)
+    assert result.exit_code == 0
+    for option in ("--record", "--session-ttl", "--group-size", "--store", "--region"):
+        assert option in result.output
