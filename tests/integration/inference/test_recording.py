@@ -37,6 +37,7 @@ from tests.integration.inference.test_server import (  # noqa: F401  (fixtures)
     MAX_MODEL_LEN,
     READ_FILE,
     dense_dir,
+    moe_dir,
     one_torch_thread,
     running,
     tokenizer,
@@ -278,6 +279,23 @@ def test_real_tool_calls_round_trip_without_retokenising(
         start = len(turns[1][0])
         assert segment["token_ids"][start : start + len(odd_ids)] == odd_ids
         assert engine.prompts == [prompt for prompt, _ in turns]
+
+
+def test_moe_sessions_record_the_routing_of_every_position(
+    moe_dir: Path,  # noqa: F811
+    tokenizer: Tokenizer,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    engine = Engine(load_pretrained(moe_dir), max_batch_size=4, max_model_len=MAX_MODEL_LEN)
+    with recording(engine, tokenizer, tmp_path) as server:
+        _, turns, _ = run_session(server.client(), "moe", turns=2)
+        [segment] = server.session("moe")["segments"]
+    assert_prefixes(segment, turns)
+    routed = segment["routed_experts"]
+    assert len(routed) == len(segment["token_ids"])
+    assert {len(experts) for position in routed for experts in position} == {2}  # top-2
+    # the second turn continued the first one's tokens: the engine's prefix cache served them
+    assert engine.stats.prefix_hit_tokens >= len(turns[0][0]) + len(turns[0][1]) - 1
 
 
 # -- rewards, groups, the channel --------------------------------------------------------
