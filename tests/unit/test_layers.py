@@ -50,6 +50,7 @@ ENTRY_POINTS = {
     "fleetrl.envs.verifier.call_grader": "run by path in calls mode's grader sandbox",
     "fleetrl.envs.verifier.call_worker": "run by path in calls mode's worker sandbox (and "
     "loaded by path by call_grader for the wire)",
+    "fleetrl.envs.verifier.call_fresh": "loaded by path by call_grader (fresh inputs)",
 }
 
 

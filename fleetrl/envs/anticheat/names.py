@@ -60,7 +60,7 @@ TEST_MODULE = re.compile(r"(^|\.)(test_\w*|\w*_test|conftest|tests?)(\.|$)")
 _GLOBALS = "<globals>"
 _TRACKED_ROOTS = SENSITIVE_ROOTS | {"pickle", "_pickle", "types", "mock", "getattr", "setattr",
                  "delattr", "vars", "globals", "locals", "exec", "eval", "compile",
-                 "__import__", "runpy"}  # fmt: skip
+                 "__import__", "runpy", "timeit"}  # fmt: skip
 
 
 def constant_text(node: ast.AST | None) -> str | None:
@@ -220,8 +220,12 @@ class NameResolver:
 
 
 def normal_name(name: str) -> str:
-    """posix._exit and nt._exit are os._exit."""
+    """posix._exit and nt._exit are os._exit; a module's `sys` (`os.sys.modules`,
+    `inspect.sys`) is sys."""
     root, _, rest = name.partition(".")
+    if root in SENSITIVE_ROOTS and ".sys." in f".{rest}.":
+        tail = f".{rest}.".partition(".sys.")[2].rstrip(".")
+        return f"sys.{tail}" if tail else "sys"
     return f"os.{rest}" if root in ("posix", "nt") and rest else name
 
 

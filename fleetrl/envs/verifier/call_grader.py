@@ -1,12 +1,12 @@
 """Calls mode, the grader: pytest over the hidden tests in a process that never imports the
 workspace.
 
-The verifier copies this file and `call_worker.py` out of the package (they import only the
-standard library and pytest) and runs this one in a sandbox that holds the hidden test
-files and nothing of the repository, as
+The verifier copies this file, `call_worker.py` and `call_fresh.py` out of the package (they
+import only the standard library and pytest) and runs this one in a sandbox that holds the
+hidden test files and nothing of the repository, as
 
     python -I -B call_grader.py '{"rootdir": R, "config": C, "tests": [...], "read": FD,
-                                  "write": FD, "call_timeout": S}'
+                                  "write": FD, "call_timeout": S, "reference": [FD, FD]}'
 
 while the worker (`call_worker.py`) runs in a second sandbox over the agent's code, joined to
 this process by two pipes (FD). No code of the agent's ever runs here:
@@ -31,9 +31,13 @@ this process by two pipes (FD). No code of the agent's ever runs here:
 
 The outcome is then decided from fresh values by pytest in this process: an always-equal
 object, a patched pytest, a frame walk or an exit in the worker can only change what the
-worker answers. Records go to a private copy of stdout in the grader runner's format
-(`grader_runner.py`: collected, report, final; `blocked` is never written here, nothing
-runs here that could need refusing), so the host judges them alike.
+worker answers. After the tests, when given a reference worker (the gold solution, over a
+third pair of pipe ends), the grader checks the agent's code on fresh inputs drawn from the
+calls the tests made (`call_fresh`). Records go to a private copy of stdout in the grader
+runner's format (`grader_runner.py`: collected, report, final; `blocked` is never written
+here, nothing runs here that could need refusing), so the host judges them alike; the fresh
+inputs' record, `{"kind": "fresh", "checked": N, "differ": [TEXT...]}`, comes right before
+the final one.
 
 Not covered: tests that pass objects other than plain data to the code under test or get
 such objects back (instances, callbacks, files), that compare against its classes or
@@ -51,6 +55,7 @@ import importlib.machinery
 import importlib.util
 import json
 import os
+import random
 import sys
 import time
 import types
@@ -59,18 +64,20 @@ from typing import Any
 import pytest
 
 
-def _load_wire() -> types.ModuleType:
-    """`call_worker.py` from this file's folder, under a private name (a hidden test module
-    named `call_worker` stays the test's)."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "call_worker.py")
-    spec = importlib.util.spec_from_file_location("_fleetrl_call_wire", path)
+def _load(name: str) -> types.ModuleType:
+    """`name`.py from this file's folder, under a private name (a hidden test module named
+    like it stays the test's)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"_fleetrl_{name}", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-wire = _load_wire()
+wire = _load("call_worker")
+fresh = _load("call_fresh")
+MAX_RECORDED = 2000  # calls replayed to the reference; past it, no fresh input is drawn
 _BUILTIN_ERRORS = {
     name: value
     for name, value in vars(builtins).items()
@@ -100,6 +107,7 @@ class Remote:
         self.sequence = 0
         self.gone: str | None = None
         self.classes: dict[tuple[str, type], type] = {}
+        self.calls: list[tuple[str, list[str], list[Any], dict[str, Any]]] = []  # as made
 
     def ask(self, request: dict[str, Any]) -> dict[str, Any]:
         """The worker's reply to `request`, checked for shape; WorkerGone otherwise."""
@@ -180,6 +188,9 @@ class Remote:
             encoded = {"args": wire.encode(list(args)), "kwargs": wire.encode(kwargs)}
         except wire.NotPlain as err:
             raise NotPlainData(f"an argument is not plain data: {err}") from None
+        if len(self.calls) <= MAX_RECORDED:  # a copy: the test may change its arguments
+            decoded = (wire.decode(encoded["args"]), wire.decode(encoded["kwargs"]))
+            self.calls.append((module, list(path), *decoded))
         return self.result(self.ask({"op": "call", "module": module, "path": path, **encoded}))
 
 
@@ -281,6 +292,38 @@ class ReportPlugin:
         self.emit({"kind": "report", **record})
 
 
+def fresh_checks(agent: Remote, reference: Remote) -> tuple[int, list[str]]:
+    """How many fresh inputs the gold solution answered, and where the agent's code
+    answered otherwise (`call_fresh`). The reference first replays the tests' calls."""
+    if len(agent.calls) > MAX_RECORDED:
+        return 0, []
+    rng = random.Random(os.urandom(16))
+    for module, path, args, kwargs in agent.calls:
+        try:
+            reference.call(module, path, tuple(args), kwargs)
+        except WorkerGone:
+            return 0, []
+        except Exception:  # the tests' own failing calls fail for the gold solution too
+            continue
+    checked, differ = 0, []
+    for module, path, args, kwargs in fresh.fresh_inputs(agent.calls, rng):
+        try:
+            expected = reference.call(module, path, tuple(args), kwargs)
+        except WorkerGone:
+            break
+        except Exception:  # an input the gold solution rejects says nothing
+            continue
+        checked += 1
+        try:
+            answer = agent.call(module, path, tuple(args), kwargs)
+        except Exception as err:
+            answer = err
+        if isinstance(answer, Exception) or not fresh.same(expected, answer):
+            call = f"{module}.{'.'.join(path)}(*{args!r}, **{kwargs!r})"
+            differ.append(f"{call}: {answer!r}, the gold solution {expected!r}"[:400])
+    return checked, differ
+
+
 def main(spec: dict[str, Any]) -> None:
     """Run pytest as `spec` says, calls going to the worker; never returns."""
     report_fd = os.dup(1)
@@ -293,7 +336,7 @@ def main(spec: dict[str, Any]) -> None:
 
     rootdir = str(spec["rootdir"])
     read_fd, write_fd = int(spec["read"]), int(spec["write"])
-    for fd in (read_fd, write_fd):
+    for fd in (read_fd, write_fd, *spec.get("reference", ())):
         os.set_inheritable(fd, False)  # programs the hidden tests start do not get them
         os.set_blocking(fd, False)  # each call waits at most call_timeout
     remote = Remote(wire.Channel(read_fd, write_fd), float(spec["call_timeout"]))
@@ -301,6 +344,10 @@ def main(spec: dict[str, Any]) -> None:
     args = ["-q", "-p", "no:cacheprovider", "--import-mode=append", f"--rootdir={rootdir}"]
     args += [f"--confcutdir={rootdir}", "-c", str(spec["config"]), "--", *spec["tests"]]
     code = int(pytest.main(args, plugins=[ReportPlugin(emit, rootdir)]))
+    if "reference" in spec:
+        reference = Remote(wire.Channel(*map(int, spec["reference"])), remote.timeout)
+        checked, differ = fresh_checks(remote, reference)
+        emit({"kind": "fresh", "checked": checked, "differ": differ})
     emit({"kind": "final", "exit": code, "blocked": []})
     for stream in (sys.stdout, sys.stderr):
         stream.flush()

@@ -38,6 +38,7 @@ grading holds two processes' worth).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -47,7 +48,7 @@ from pathlib import Path
 
 from fleetrl.envs.sandbox import ExecResult, Limits, Sandbox, open_sandbox
 from fleetrl.envs.sandbox.bwrap import BwrapSandbox
-from fleetrl.envs.verifier.hidden import hidden_paths, restore_hidden_tests
+from fleetrl.envs.verifier.hidden import apply_patch, hidden_paths, restore_hidden_tests
 from fleetrl.envs.verifier.honeypots import Honeypots
 from fleetrl.envs.verifier.judge import RunOutcome, judge_report
 from fleetrl.envs.verifier.runner import apply_changes, runner_dir
@@ -64,73 +65,93 @@ def run_calls(
     timeout: float,
 ) -> RunOutcome:
     """Outcome of every graded test, the tests run by the grader and each call into the
-    code under test made by the worker (base + applied changes, no hidden test)."""
+    code under test made by the worker (base + applied changes, no hidden test); with a
+    gold patch, also the agent's answers on fresh inputs checked against a reference worker
+    (base + gold patch)."""
     tests = [*task.FAIL_TO_PASS, *task.PASS_TO_PASS]
     hidden = hidden_paths(task)
     runner = runner_dir()
     ro_paths = sorted({sys.prefix, sys.base_prefix, str(runner)})
-    with (
-        open_sandbox(runner / "empty", limits=limits, ro_paths=ro_paths) as grader,
-        open_sandbox(repo, limits=limits, ro_paths=ro_paths) as worker,
-    ):
+    with contextlib.ExitStack() as stack:
+        grader = stack.enter_context(
+            open_sandbox(runner / "empty", limits=limits, ro_paths=ro_paths)
+        )
+        workers = {
+            "agent": stack.enter_context(open_sandbox(repo, limits=limits, ro_paths=ro_paths))
+        }
+        if task.patch.strip():
+            workers["reference"] = stack.enter_context(
+                open_sandbox(repo, limits=limits, ro_paths=ro_paths)
+            )
+            apply_patch(workers["reference"], task.patch, f"{task.instance_id}: the gold patch")
         honeypots = Honeypots()  # fresh for this grading, beside the hidden tests
         hashes = restore_hidden_tests(grader, task, hidden, honeypots)
-        apply_changes(worker, repo, applied)
+        apply_changes(workers["agent"], repo, applied)
         run_ids = honeypots.planted.run_ids(tests)  # as the grader's copy names them
         spec = {"rootdir": grader.workdir, "config": str(runner / "pytest.ini"), "tests": run_ids}
         spec["call_timeout"] = min(CALL_TIMEOUT_S, timeout)
         grader_argv = [sys.executable, "-I", "-B", str(runner / "call_grader.py")]
         worker_argv = [sys.executable, "-I", "-B", str(runner / "call_worker.py")]
-        run = run_pair(grader, worker, grader_argv, worker_argv, spec, timeout)
+        run = run_joined(grader, workers, grader_argv, worker_argv, spec, timeout)
     return judge_report(run, tests, hashes, honeypots.planted)
 
 
-def run_pair(
+def run_joined(
     grader: Sandbox,
-    worker: Sandbox,
+    workers: Mapping[str, Sandbox],
     grader_argv: Sequence[str],
     worker_argv: Sequence[str],
     spec: dict[str, object],
     timeout: float,
 ) -> ExecResult:
-    """Run the grader and the worker at once, joined by two pipes; the grader's result.
+    """Run the grader and its workers at once, each worker joined to it by two pipes; the
+    grader's result.
 
-    The last argument of each command is its JSON spec: `spec` plus the numbers of its
-    pipe ends ("read", "write"), which it inherits under the same numbers.
+    The last argument of each command is its JSON spec. A worker's holds the numbers of its
+    pipe ends ("read", "write"), which it inherits under the same numbers; the grader's is
+    `spec` plus the agent worker's ends as "read" and "write", and every other worker's as
+    `[READ, WRITE]` under its name.
     """
-    to_worker = os.pipe()
-    to_grader = os.pipe()
-    worker_fds = (to_worker[0], to_grader[1])
-    grader_fds = (to_grader[0], to_worker[1])
+    ends = {}  # name -> (the worker's read and write ends, the grader's read and write ends)
+    for name in workers:
+        to_worker, to_grader = os.pipe(), os.pipe()
+        ends[name] = ((to_worker[0], to_grader[1]), (to_grader[0], to_worker[1]))
     failed: list[BaseException] = []
     done = threading.Event()
 
-    def serve() -> None:
+    def serve(sandbox: Sandbox, fds: tuple[int, int]) -> None:
         try:
-            worker_spec = {"read": worker_fds[0], "write": worker_fds[1], "rootdir": worker.workdir}
-            argv = [*worker_argv, json.dumps(worker_spec)]
+            worker_spec = {"read": fds[0], "write": fds[1], "rootdir": sandbox.workdir}
             # Outlives the grader's limit: a grading that runs out of time is the grader's
             # timeout (not kept by the outcome cache), not a worker gone before it.
-            _exec(worker, argv, timeout + 10, worker_fds)
+            _exec(sandbox, [*worker_argv, json.dumps(worker_spec)], timeout + 10, fds)
         except BaseException as err:  # raised again on the grading's thread
             if not done.is_set():
                 failed.append(err)
         finally:
-            for fd in worker_fds:  # the grader now reads end-of-file
+            for fd in fds:  # the grader now reads end-of-file
                 os.close(fd)
 
-    thread = threading.Thread(target=serve, name="calls-worker", daemon=True)
-    thread.start()
+    threads = [
+        threading.Thread(target=serve, args=(sandbox, ends[name][0]), daemon=True)
+        for name, sandbox in workers.items()
+    ]
+    for thread in threads:
+        thread.start()
+    grader_fds = [fd for _, theirs in ends.values() for fd in theirs]
     try:
-        grader_spec = {**spec, "read": grader_fds[0], "write": grader_fds[1]}
+        grader_spec = {**spec, "read": ends["agent"][1][0], "write": ends["agent"][1][1]}
+        grader_spec |= {name: list(e[1]) for name, e in ends.items() if name != "agent"}
         run = _exec(grader, [*grader_argv, json.dumps(grader_spec)], timeout, grader_fds)
     finally:
         done.set()
         for fd in grader_fds:
             os.close(fd)
-        worker.close()  # ends the worker (it would leave at end-of-file anyway)
-        thread.join()
-    if failed:  # the worker could not start at all: no fault of the agent's
+        for sandbox in workers.values():
+            sandbox.close()  # ends the worker (it would leave at end-of-file anyway)
+        for thread in threads:
+            thread.join()
+    if failed:  # a worker could not start at all: no fault of the agent's
         raise failed[0]
     return run
 

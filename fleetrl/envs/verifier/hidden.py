@@ -5,6 +5,7 @@ test_patch writes and those its test ids name); `touches_hidden` tells whether w
 path would replace one of them, stand where one goes, or shadow one as a package;
 `hidden_test_sources` gives the added lines of each Python one, for the anti-cheat
 literal checks;
+`apply_patch` applies a diff in a sandbox (calls mode applies the gold patch with it);
 `restore_hidden_tests` applies test_patch to a pristine grading copy, before any file of
 the agent's is there, plants the grading's honeypot tests in the hidden test modules when
 given a `Honeypots` (`fleetrl.envs.verifier.honeypots`), and returns the sha256 of every
@@ -21,7 +22,7 @@ from fleetrl.envs.sandbox import Sandbox
 from fleetrl.envs.verifier.honeypots import Honeypots
 from fleetrl.types import Task
 
-_PATCH_NAME = ".fleetrl-hidden-tests.patch"
+_PATCH_NAME = ".fleetrl-apply.patch"
 
 
 class VerifierError(RuntimeError):
@@ -76,19 +77,25 @@ def hidden_test_sources(task: Task) -> list[str]:
     return added_python_sources(task.test_patch)
 
 
+def apply_patch(sandbox: Sandbox, patch: str, what: str) -> None:
+    """Apply the unified diff `patch` to the sandbox's workspace; VerifierError (naming it
+    `what`) if it does not apply."""
+    sandbox.write_file(_PATCH_NAME, patch)
+    applied = sandbox.exec(
+        f"git apply --whitespace=nowarn {_PATCH_NAME}; s=$?; rm -f {_PATCH_NAME}; exit $s",
+        timeout=60,
+    )
+    if not applied.ok:
+        raise VerifierError(f"{what} does not apply: {applied.stderr}")
+
+
 def restore_hidden_tests(
     sandbox: Sandbox, task: Task, hidden: set[str], honeypots: Honeypots | None = None
 ) -> dict[str, str]:
     """Apply test_patch to the pristine copy, plant `honeypots` (then in
     `honeypots.planted`); the sha256 of every hidden file after it."""
     if task.test_patch.strip():
-        sandbox.write_file(_PATCH_NAME, task.test_patch)
-        applied = sandbox.exec(
-            f"git apply --whitespace=nowarn {_PATCH_NAME}; s=$?; rm -f {_PATCH_NAME}; exit $s",
-            timeout=60,
-        )
-        if not applied.ok:
-            raise VerifierError(f"{task.instance_id}: test_patch does not apply: {applied.stderr}")
+        apply_patch(sandbox, task.test_patch, f"{task.instance_id}: test_patch")
     if honeypots is not None:
         honeypots.plant(sandbox, task)  # before the hashes: the host's checks cover them too
     hashes = {}

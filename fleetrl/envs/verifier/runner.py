@@ -58,7 +58,7 @@ class GraderUnavailable(RuntimeError):
 
 
 # The scripts run by path in grading sandboxes (pytest mode: the first; calls mode: the others).
-_SCRIPTS = ("grader_runner.py", "call_grader.py", "call_worker.py")
+_SCRIPTS = ("grader_runner.py", "call_grader.py", "call_worker.py", "call_fresh.py")
 
 
 @cache

@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 class VerifyResult:
     """The grade of one submission."""
 
-    reward: float  # 1.0 iff every FAIL_TO_PASS and PASS_TO_PASS test passed and no flag
+    reward: float  # 1.0 iff every graded test passed, no fresh input differed, no flag
     tests: dict[str, str]  # node id -> passed | failed | error | skipped | missing | timeout
     flags: list[str]  # anti-cheat flags raised (any one forces reward 0)
     duration_s: float  # wall time of the grading
@@ -50,6 +50,10 @@ class VerifyResult:
     # Honeypot tests graded beside the real ones (0: none could be made from this task's
     # tests); one that passed is the flag `tampering`.
     honeypots: int = 0
+    # Calls mode: fresh inputs checked against the gold solution, and where the agent's
+    # code answered otherwise (any difference is reward 0).
+    fresh_inputs: int = 0
+    fresh_differ: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         """The `fleetrl verify --json` document."""
@@ -59,6 +63,8 @@ class VerifyResult:
             "flags": self.flags,
             "duration_s": self.duration_s,
             "honeypots": self.honeypots,
+            "fresh_inputs": self.fresh_inputs,
+            "fresh_differ": self.fresh_differ,
         }
 
 
@@ -126,6 +132,7 @@ def verify(
         )
     flags |= run.flags
     passed = bool(run.tests) and all(outcome == "passed" for outcome in run.tests.values())
+    passed = passed and not run.fresh_differ
     return VerifyResult(
         reward=1.0 if passed and not flags else 0.0,
         tests=dict(run.tests),
@@ -133,6 +140,8 @@ def verify(
         duration_s=time.monotonic() - start,
         applied=sorted(graded),
         honeypots=len(run.honeypots),
+        fresh_inputs=run.fresh_checked,
+        fresh_differ=list(run.fresh_differ),
     )
 
 

@@ -29,7 +29,15 @@ def test_unfixed_scores_zero_and_gold_scores_one(task, workspace):
     assert result.reward == 1
     assert result.tests == dict.fromkeys(task.FAIL_TO_PASS, "passed")
     assert result.applied == ["nkims.py"]
-    assert set(result.to_json()) == {"reward", "tests", "flags", "duration_s", "honeypots"}
+    assert set(result.to_json()) == {
+        "reward",
+        "tests",
+        "flags",
+        "duration_s",
+        "honeypots",
+        "fresh_inputs",
+        "fresh_differ",
+    }
 
 
 def hardcode(workspace: Path) -> None:
