@@ -109,12 +109,16 @@ def fresh_inputs(
     for recorded in by_function.values():
         drawn = []
         for module, path, args, kwargs in rng.sample(recorded, len(recorded)):
-            for _ in range(PER_CALL):
+            kept = 0
+            for _ in range(4 * PER_CALL):  # draws near other recorded calls are redrawn
                 varied = [vary(arg, rng) for arg in args]  # arguments keep their order
                 fresh = (module, path, varied, vary(kwargs, rng))
                 if repr(fresh) not in seen:
                     seen.add(repr(fresh))
                     drawn.append(fresh)
+                    kept += 1
+                    if kept == PER_CALL:
+                        break
         queues.append(drawn)
     chosen: list[Any] = []
     while len(chosen) < MAX_FRESH and any(queues):
