@@ -141,16 +141,16 @@ def run_hidden_tests(
 ) -> RunOutcome:
     """Outcome of every graded test in a fresh sandbox holding base + applied changes, in
     the grading mode of the task's suite (`fleetrl.envs.tasks.suites.grading_for`)."""
+    tests = [*task.FAIL_TO_PASS, *task.PASS_TO_PASS]
+    limits = report_limits(limits, tests)  # every record of the report fits the output cap
     if grading_for(task) == "calls":
         # Imported here: calls mode builds on this module's helpers.
         from fleetrl.envs.verifier.calls import run_calls
 
         return run_calls(task, repo, applied, limits, timeout)
-    tests = [*task.FAIL_TO_PASS, *task.PASS_TO_PASS]
     hidden = hidden_paths(task)
     runner = runner_dir()
     ro_paths = sorted({sys.prefix, sys.base_prefix, str(runner)})
-    limits = report_limits(limits, tests)  # every record of the report fits the output cap
     with open_sandbox(repo, limits=limits, ro_paths=ro_paths) as sandbox:
         honeypots = Honeypots()  # fresh for this grading, planted before the agent's files
         hashes = restore_hidden_tests(sandbox, task, hidden, honeypots)
