@@ -134,6 +134,23 @@ class RolloutSection(_Section):
     """torch CPU threads of a region's engine."""
     env_latency_s: float = Field(0.0, ge=0)
     """Benchmarks only: simulated environment wait per tool turn (log-normal, this mean)."""
+    harness: Literal["fleetrl", "mini-swe-agent"] = "fleetrl"
+    """The agent harness of rollouts: fleetrl's own (`fleetrl.envs.harness`), or
+    mini-swe-agent as published (`pip install fleetrl[mswe]`; its agent loop, parser and
+    prompts, bash in the sandbox, `fleetrl.rollout.mswe`), its episodes recorded token by
+    token through an endpoint the region serves itself. The harness section's budgets
+    apply to both (turns, reply tokens, wall time, a command's timeout, output cut)."""
+
+    @model_validator(mode="after")
+    def _harness_fits(self) -> RolloutSection:
+        if self.harness == "mini-swe-agent" and (self.guide_failed_groups or self.guide_recovery):
+            raise ValueError(
+                "rollout.guide_failed_groups and rollout.guide_recovery replay fleetrl's own "
+                "tool calls: set them to false with rollout.harness = mini-swe-agent"
+            )
+        if self.harness == "mini-swe-agent" and self.env_latency_s:
+            raise ValueError("rollout.env_latency_s is fleetrl's harness only: set it to 0")
+        return self
 
 
 class TrainerSection(_Section):

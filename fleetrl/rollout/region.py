@@ -207,6 +207,7 @@ class Region:
             with contextlib.suppress(asyncio.CancelledError):
                 background = [following, *([relaying] if relaying else [])]
                 await asyncio.gather(*in_flight, *background, return_exceptions=True)
+            await rollouts.close()
             await engine.close()
             self.note_weights(follower, relay)
             await asyncio.to_thread(self.metrics.flush)

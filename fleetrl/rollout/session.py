@@ -188,7 +188,7 @@ def in_session(
 
     async def main(bar: Progress | None) -> _T:
         engine = rollout_engine(model, config.harness, episodes, config.trainer.seed)
-        out = None
+        out, rollouts = None, None
         try:
             rollouts = Rollouts(
                 engine, tokenizer, config.harness, config.rollout, episodes, gradings
@@ -200,6 +200,8 @@ def in_session(
         finally:
             if out is not None:
                 out.close()
+            if rollouts is not None:
+                await rollouts.close()
             await engine.close()
 
     if not progress:

@@ -20,6 +20,11 @@ with `rollout.guide_recovery` the guide finishes a sample whose edit was refused
 (`fleetrl.rollout.guidance`). Cancellation
 (shutdown) is not a failure and propagates. `run_one` alone still raises: a caller that
 runs single episodes (evaluation, demonstrations) decides for itself.
+
+With `rollout.harness = "mini-swe-agent"` an episode runs inside that package instead
+(`fleetrl.rollout.mswe`): the Rollouts serve their engine as a recording endpoint on
+localhost (started with the first episode, stopped by `close`), the agent samples through
+it, and the session's segments are the trajectory; grading and groups are the same.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import logging
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from fleetrl.config import HarnessSection, RolloutSection
 from fleetrl.envs.harness.handover import Handover, Recorded
@@ -43,6 +49,9 @@ from fleetrl.model.qwen3 import Qwen3
 from fleetrl.model.tokenizer import Tokenizer
 from fleetrl.rollout.guidance import mask_replies, recovery_room, refused_prefix
 from fleetrl.types import SamplingParams, Task, Trajectory
+
+if TYPE_CHECKING:
+    from fleetrl.rollout.mswe import LocalEndpoint
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +128,11 @@ class Rollouts:
         self.limits = Limits(wall_s=rollout.sandbox_wall_s, memory_mb=rollout.sandbox_memory_mb)
         self._episodes = asyncio.Semaphore(episodes)
         self._gradings = asyncio.Semaphore(gradings)
+        # rollout.harness = mini-swe-agent: the recording endpoint its model talks to,
+        # started with the first episode (`fleetrl.rollout.mswe.LocalEndpoint`).
+        # Shared by shallow copies (an evaluation's runs): one endpoint per engine.
+        self._endpoint: dict[str, LocalEndpoint] = {}
+        self._endpoint_lock = asyncio.Lock()
 
     async def run_one(
         self,
@@ -134,6 +148,8 @@ class Rollouts:
         the Rollouts' own for this episode (the guide of a guided group), `sampling` their
         sampling parameters (an evaluation episode's own seed)."""
         rollout = self.rollout
+        if rollout.harness != "fleetrl":
+            return await self._run_mswe(task, group_id, grade, policy, sampling or self.sampling)
         async with self._episodes:
             repo = await asyncio.to_thread(ensure_repo, task)
             sandbox = await asyncio.to_thread(
@@ -164,6 +180,57 @@ class Rollouts:
         trajectory.reward = result.reward
         trajectory.flags = result.flags
         return trajectory
+
+    async def _run_mswe(
+        self,
+        task: Task,
+        group_id: str,
+        grade: bool,
+        policy: TokenPolicy | None,
+        sampling: SamplingParams,
+    ) -> Trajectory:
+        """`run_one` inside mini-swe-agent (`rollout.harness`): the agent works in a thread
+        and samples through this Rollouts' recording endpoint, whose session gives the
+        tokens; graded like any episode, with the commands it ran as the tool log."""
+        from fleetrl.rollout import mswe  # the optional extra, loaded only where chosen
+
+        if policy is not None or not isinstance(self.policy, Engine):
+            raise ValueError("mini-swe-agent episodes sample from the Rollouts' own engine")
+        async with self._endpoint_lock:
+            if not self._endpoint:
+                endpoint = mswe.LocalEndpoint(self.policy, self.tokenizer)
+                await endpoint.start()
+                self._endpoint["local"] = endpoint
+        url, rollout = self._endpoint["local"].url, self.rollout
+        session = mswe.new_session_id(task)
+        model = mswe.endpoint_model(url, session, sampling, self.harness)
+        async with self._episodes:
+            repo = await asyncio.to_thread(ensure_repo, task)
+            sandbox = await asyncio.to_thread(
+                open_sandbox, repo, rollout.sandbox_backend, self.limits
+            )
+            try:
+                episode = await asyncio.to_thread(
+                    mswe.run_mswe_agent, model, sandbox, task, self.harness
+                )
+                changes = await asyncio.to_thread(sandbox_changes, sandbox, repo)
+            finally:
+                await asyncio.to_thread(sandbox.close)
+        segments = await asyncio.to_thread(mswe.session_segments, url, session)
+        trajectory = mswe.episode_trajectory(episode, segments, task, group_id)
+        if grade:
+            async with self._gradings:
+                result = await asyncio.to_thread(
+                    verify, task, changes, episode.tool_calls, timeout=rollout.verify_timeout_s
+                )
+            trajectory.reward, trajectory.flags = result.reward, result.flags
+        await asyncio.to_thread(mswe.post_reward, url, session, trajectory.reward, task.instance_id)
+        return trajectory
+
+    async def close(self) -> None:
+        """Stop what the Rollouts started besides its episodes (mini-swe-agent's endpoint)."""
+        if self._endpoint:
+            await self._endpoint.pop("local").close()
 
     async def run_group(self, task: Task, samples: int, group_id: str) -> GroupResult:
         """`samples` concurrent episodes of one task sharing `group_id`; episodes that
