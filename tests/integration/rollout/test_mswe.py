@@ -12,7 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -177,3 +181,24 @@ def test_rollouts_run_groups_inside_mini_swe_agent_when_the_config_says_so(
 def test_guidance_is_refused_with_mini_swe_agent():
     with pytest.raises(ValueError, match=r"rollout\.guide_failed_groups"):
         RolloutSection(harness="mini-swe-agent", guide_failed_groups=True)
+
+
+@pytest.mark.slow
+def test_fleetrl_train_runs_through_mini_swe_agent(tmp_path: Path, tiny_checkpoint: Path) -> None:
+    """`fleetrl train --set rollout.harness=mini-swe-agent`: a step trained on groups the
+    region sampled inside mini-swe-agent (a tiny random model: reward 0, no signal)."""
+    overrides = [
+        f"model.path={tiny_checkpoint}", "rollout.harness=mini-swe-agent",
+        "rollout.group_size=2", "rollout.max_concurrent_groups=1", "harness.max_turns=2",
+        "harness.max_reply_tokens=8", "trainer.steps=1", "trainer.groups_per_step=1",
+        "trainer.dynamic_sampling=false", "eval.enabled=false",
+    ]  # fmt: skip
+    args = ["train", "--name", "m", "--runs-dir", str(tmp_path / "runs")]
+    args += [item for o in overrides for item in ("--set", o)]
+    done = subprocess.run(
+        [sys.executable, "-m", "fleetrl.cli", *args], capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    records = [json.loads(line) for line in (tmp_path / "runs/m/metrics.jsonl").open()]
+    [train] = [r for r in records if r["kind"] == "train"]
+    assert train["reward"] == 0.0
