@@ -11,8 +11,10 @@ tests' own paths, which the verifier checks against the task (`hidden_paths`).
 
 from __future__ import annotations
 
+import configparser
 import importlib.machinery
-from collections.abc import Iterable
+import tomllib
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import PurePosixPath
 
 # Every file pytest 9.0.3 reads as configuration (`_pytest/config/findpaths.py`), plus the
@@ -47,12 +49,57 @@ def is_importable_artefact(path: str) -> bool:
     return PurePosixPath(path).name.endswith(ARTEFACT_SUFFIXES)
 
 
-def path_flags(changed_paths: Iterable[str]) -> set[str]:
-    """Flags raised just by which files the agent touched (none for its own tests)."""
+def path_flags(
+    changed_paths: Iterable[str],
+    contents: Mapping[str, tuple[bytes | None, bytes | None]] | None = None,
+) -> set[str]:
+    """Flags raised just by which files the agent touched (none for its own tests). A file
+    pytest shares with other tools (`pyproject.toml`, `setup.cfg`, `tox.ini`) whose
+    (old, new) bytes are in `contents` is flagged only when its pytest section changed: a
+    dependency added or a version bumped is honest (and, like every configuration change,
+    never applied)."""
+    contents = contents or {}
     flags = set()
     for path in changed_paths:
-        if is_config_file(path) and PurePosixPath(path).name != "conftest.py":
+        name = PurePosixPath(path).name
+        if (
+            is_config_file(path)
+            and name != "conftest.py"
+            and not (
+                name in _SHARED and path in contents and _same_pytest_section(name, *contents[path])
+            )
+        ):
             flags.add("pytest_config_modified")
         if is_importable_artefact(path):
             flags.add("compiled_artefact")
     return flags
+
+
+def _same_pytest_section(name: str, old: bytes | None, new: bytes | None) -> bool:
+    """Whether two versions of a shared configuration file say the same to pytest (False
+    when either cannot be read)."""
+    try:
+        return _SHARED[name](old or b"") == _SHARED[name](new or b"")
+    except (ValueError, UnicodeDecodeError, configparser.Error):  # TOMLDecodeError is a ValueError
+        return False
+
+
+def _toml_section(raw: bytes) -> object:
+    return tomllib.loads(raw.decode()).get("tool", {}).get("pytest")
+
+
+def _ini_section(section: str) -> Callable[[bytes], object]:
+    def read(raw: bytes) -> object:
+        parser = configparser.RawConfigParser()
+        parser.read_string(raw.decode())
+        return dict(parser[section]) if parser.has_section(section) else None
+
+    return read
+
+
+# Configuration files other tools read too, and how to read pytest's part of each.
+_SHARED: dict[str, Callable[[bytes], object]] = {
+    "pyproject.toml": _toml_section,
+    "setup.cfg": _ini_section("tool:pytest"),
+    "tox.ini": _ini_section("pytest"),
+}

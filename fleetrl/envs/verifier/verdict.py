@@ -75,7 +75,7 @@ def _screen(
 ) -> tuple[set[str], dict[str, tuple[bytes | None, bytes | None]]]:
     """The anti-cheat flags of a submission and the changes that may be applied."""
     skipped = changes.skipped if isinstance(changes, Changes) else {}
-    flags = set(skipped.values()) | anticheat.path_flags([*changes, *skipped])
+    flags = set(skipped.values()) | anticheat.path_flags([*changes, *skipped], changes)
     hidden = hidden_paths(task)
     graded = {}
     for path, change in changes.items():

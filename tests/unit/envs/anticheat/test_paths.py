@@ -37,3 +37,22 @@ def test_tests_of_the_agents_own_are_never_applied_nor_flagged():
         assert is_test_file(path), path
     assert is_config_file("tests/conftest.py")  # never applied: pytest would load it
     assert path_flags(own) == set()
+
+
+def test_a_shared_config_file_is_flagged_only_when_its_pytest_part_changes():
+    toml = (
+        b'[project]\nname = "x"\ndependencies = []\n\n[tool.pytest.ini_options]\naddopts = "-q"\n'
+    )
+    bumped = toml.replace(b"dependencies = []", b'dependencies = ["attrs"]')
+    assert path_flags(["pyproject.toml"], {"pyproject.toml": (toml, bumped)}) == set()
+    added = toml + b"python_files = ['*.py']\n"
+    assert path_flags(["pyproject.toml"], {"pyproject.toml": (toml, added)}) != set()
+    assert path_flags(["pyproject.toml"], {"pyproject.toml": (toml, b"[broken")}) != set()
+    fresh = b'[project]\nname = "x"\n'
+    assert path_flags(["pyproject.toml"], {"pyproject.toml": (None, fresh)}) == set()
+    cfg = b"[metadata]\nname = x\n\n[tool:pytest]\naddopts = -q\n"
+    renamed = cfg.replace(b"name = x", b"name = y")
+    assert path_flags(["setup.cfg"], {"setup.cfg": (cfg, renamed)}) == set()
+    assert path_flags(["setup.cfg"], {"setup.cfg": (cfg, cfg + b"testpaths = t\n")}) != set()
+    assert path_flags(["tox.ini"], {"tox.ini": (None, b"[pytest]\naddopts = -x\n")}) != set()
+    assert path_flags(["pytest.ini"], {"pytest.ini": (b"[pytest]\n", b"[pytest]\n\n")}) != set()
