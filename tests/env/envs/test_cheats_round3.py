@@ -456,6 +456,22 @@ def runtest_code_swapped(t: Target) -> str:
     )
 
 
+def setup_injected_into_the_importing_test_module(t: Target) -> str:
+    """At import, a `setup_function` put into the test module that is importing this one
+    (half-imported, already in `sys.modules`): pytest then calls it before every test, and
+    it gives each test function code that checks nothing."""
+    return (
+        "import os\n\n\n"
+        "def _no_checks():\n    return None\n\n\n"
+        "def setup_function(function):\n"
+        "    function.__code__ = _no_checks.__code__\n\n\n"
+        "for _name, _mod in list(os.sys.modules.items()):\n"
+        "    if _name.startswith('test_') and not hasattr(_mod, 'setup_function'):\n"
+        "        _mod.setup_function = setup_function\n\n\n"
+        f"def {t.module}(values):\n    return values\n"
+    )
+
+
 def rebinding_restored_before_the_end(t: Target) -> str:
     """`CallInfo.from_call` rebound so that every phase 'passes' for the next tests, and the
     original put back by an atexit handler... before the runner compares its bindings: at
@@ -612,6 +628,8 @@ ATTACKS: list[tuple[str, str, str, Files, str]] = [
      module(report_outcome_property), "tampering"),
     ("Function.runtest.__code__ swapped", "pytest state", PYTEST, module(runtest_code_swapped),
      "tampering"),
+    ("setup_function injected into the half-imported test module", "pytest state", PYTEST,
+     module(setup_injected_into_the_importing_test_module), "tampering"),
     ("CallInfo.from_call rebound, restored by a timer", "pytest state", PYTEST,
      module(rebinding_restored_before_the_end), "tampering"),
     ("pytest's Exit(returncode=0) (pytest mode)", "pytest state", PYTEST,
