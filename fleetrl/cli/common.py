@@ -24,7 +24,7 @@ ConfigOption = Annotated[
     typer.Option(
         "--config",
         help="TOML run configuration (the same tree as `fleetrl train`), or a shipped "
-        "preset's name: `demo`.",
+        "preset's name: `demo`, `mini-swe-agent`.",
     ),
 ]
 SetOption = Annotated[

@@ -3,13 +3,16 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, get_args
 
 import typer
 
 from fleetrl.cli.common import ConfigOption, SetOption, fail, run_config
+
+MINI_SWE_AGENT = "mini-swe-agent"  # a harness, and the name of its shipped preset
 
 
 def eval_command(
@@ -63,6 +66,14 @@ def eval_command(
             "model takes over from there (micro tasks only).",
         ),
     ] = False,
+    harness: Annotated[
+        str | None,
+        typer.Option(
+            help="The agent harness the episodes run in: fleetrl or mini-swe-agent "
+            "\\[rollout.harness]. mini-swe-agent without --config reads the shipped preset of "
+            "that name (the budgets base-mswe was made for, the product suite).",
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
 ) -> None:
     """pass@1 of a checkpoint on a task split, with a 95% bootstrap interval over tasks.
@@ -80,10 +91,25 @@ def eval_command(
         "rollout.temperature": temperature,
         "trainer.seed": seed,
         "eval.threads": threads,
+        "rollout.harness": harness,
     }
     if suite is not None and tasks is not None:
         raise fail("give --suite or --tasks, not both")
+    if harness is not None and harness not in harnesses():
+        raise fail(f"--harness {harness!r}: choose one of {', '.join(harnesses())}")
+    if harness == MINI_SWE_AGENT and config_file is None:
+        config_file = Path(MINI_SWE_AGENT)  # the shipped preset: budgets, suite
     config = run_config(config_file, set_, shortcuts)
+    if after_slip and config.rollout.harness != "fleetrl":
+        raise fail(
+            "--after-slip opens each episode with the expert's refused edit_file call, a tool "
+            f"of fleetrl's own harness: it does not apply to {config.rollout.harness}"
+        )
+    if (
+        config.rollout.harness == MINI_SWE_AGENT
+        and importlib.util.find_spec("minisweagent") is None
+    ):
+        raise fail("the mini-swe-agent harness needs its package: pip install 'fleetrl[mswe]'")
     split = split or config.eval.split
     if best_temperature and temperature is not None:
         raise fail("--best-temperature chooses the temperature: drop --temperature")
@@ -123,6 +149,13 @@ def eval_command(
     for line in describe(document):
         typer.echo(line)
     typer.echo(f"({time.monotonic() - start:.0f} s)")
+
+
+def harnesses() -> tuple[str, ...]:
+    """The values `rollout.harness` takes (the configuration's own list)."""
+    from fleetrl.config import RolloutSection
+
+    return get_args(RolloutSection.model_fields["harness"].annotation)
 
 
 def verify(

@@ -19,9 +19,14 @@ from fleetrl.model.config import ModelConfig
 from fleetrl.model.qwen3 import Qwen3
 
 BASE_MODEL = Path(__file__).resolve().parent / "assets" / "base"
-# Shipped checkpoints by name: the base, and the base continued on the `slip` plan too
-# (it retries a refused edit; the demo's starting point).
-BUNDLED_MODELS = {"base": BASE_MODEL, "base-slip": BASE_MODEL.parent / "base-slip"}
+# Shipped checkpoints by name: the base, the base continued on the `slip` plan too (it
+# retries a refused edit; the demo's starting point), and base-slip fine-tuned inside
+# mini-swe-agent (the `mini-swe-agent` preset's starting point).
+BUNDLED_MODELS = {
+    "base": BASE_MODEL,
+    "base-slip": BASE_MODEL.parent / "base-slip",
+    "base-mswe": BASE_MODEL.parent / "base-mswe",
+}
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
 
@@ -33,8 +38,8 @@ class CheckpointError(Exception):
 
 
 def resolve_checkpoint(name: str | Path) -> Path:
-    """A shipped model's folder for its name (`base`, `base-slip`); anything else is a
-    checkpoint directory."""
+    """A shipped model's folder for its name (`base`, `base-slip`, `base-mswe`); anything
+    else is a checkpoint directory."""
     return BUNDLED_MODELS.get(str(name), Path(name))
 
 

@@ -6,7 +6,10 @@
         ─▶ train_sft(config.sft) ─▶ OUT: Hugging Face checkpoint + tokenizer + sft.json
 
 Demos follow the run's harness and sandbox settings (`config.harness`, `config.rollout`),
-so the model learns exactly the prompts and tool results it meets at RL time. Errors a
+so the model learns exactly the prompts and tool results it meets at RL time; with
+`rollout.harness = mini-swe-agent` they are the expert's episodes inside that package as
+its recording endpoint records them (`fleetrl.rollout.mswe_demos`: one per task, no
+copies, `sft.plans` not used). Errors a
 user can cause (a missing checkpoint, tasks the expert cannot solve, no sandbox, no demo
 kept) raise SftError with a one-line message. Not covered: several processes, resuming.
 """
@@ -32,9 +35,9 @@ from fleetrl.model.checkpoint import (
 )
 from fleetrl.model.qwen3 import Qwen3
 from fleetrl.model.tokenizer import Tokenizer, bundled_tokenizer
-from fleetrl.rollout.demos import load_or_generate_demos
+from fleetrl.rollout.demos import DemoStats, load_or_generate_demos
 from fleetrl.trainer.sft import SFTResult, model_config, train_sft
-from fleetrl.types import Task
+from fleetrl.types import Demo, Task
 
 
 class SftError(RuntimeError):
@@ -86,44 +89,44 @@ def run_sft(
     """Make (or load from the cache) the demonstrations, fine-tune, write `out`; the
     progress lines go to `echo`."""
     sft = config.sft
+    mini = config.rollout.harness != "fleetrl"
     unknown = [plan for plan in sft.plans if plan not in PLANS]
-    if unknown or not sft.plans:
+    if not mini and (unknown or not sft.plans):
         raise SftError(f"sft.plans {sft.plans}: choose one or more of {', '.join(PLANS)}")
     torch.set_num_threads(sft.threads)
     model, tokenizer = _model(config)
     tasks = _tasks(config, config.tasks.split)
     val_tasks = _tasks(config, sft.val_split) if sft.val_every else []
+    copies = 0 if mini else sft.copies
+    inside = f" inside {config.rollout.harness}" if mini else ""
     echo(
-        f"demonstrations of {len(tasks)} training tasks and {sft.copies} renamed copies of each "
-        "(cached after the first run)"
+        f"demonstrations of {len(tasks)} training tasks{inside} and {copies} renamed copies of "
+        "each (cached after the first run)"
     )
     start = time.monotonic()
     cache = Path(sft.demos_cache) if sft.demos_cache else None
-    try:
-        demos, stats = load_or_generate_demos(
+
+    def demos_of(tasks: list[Task], copies: int) -> tuple[list[Demo], DemoStats]:
+        if mini:
+            from fleetrl.rollout.mswe_demos import load_or_generate_mswe_demos
+
+            return load_or_generate_mswe_demos(
+                tasks, model, tokenizer, config.harness, config.rollout, cache, progress
+            )
+        return load_or_generate_demos(
             tasks,
             tokenizer,
             config.harness,
             config.rollout,
             plans=sft.plans,
-            copies=sft.copies,
+            copies=copies,
             cache=cache,
             progress=progress,
         )
-        val_demos, val_stats = (
-            load_or_generate_demos(
-                val_tasks,
-                tokenizer,
-                config.harness,
-                config.rollout,
-                plans=sft.plans,
-                copies=0,
-                cache=cache,
-                progress=progress,
-            )
-            if val_tasks
-            else ([], None)
-        )
+
+    try:
+        demos, stats = demos_of(tasks, copies)
+        val_demos, val_stats = demos_of(val_tasks, 0) if val_tasks else ([], None)
     except SandboxError as err:
         raise SftError(f"cannot run sandboxes: {_first_line(err)}") from None
     echo(
@@ -145,6 +148,8 @@ def run_sft(
         "hidden": model.config.hidden_size,
         "layers": model.config.num_hidden_layers,
         "threads": sft.threads,
+        "rollout_harness": config.rollout.harness,
+        "harness": config.harness.model_dump(),
         "tasks": len(tasks),
         "tasks_source": config.tasks.model_dump(),
         "demos": {k: v for k, v in vars(stats).items() if k != "dropped"},
