@@ -337,6 +337,153 @@ def bench_learning(
     )
 
 
+@bench_app.command("record")
+def bench_record(
+    model: Annotated[
+        str | None,
+        typer.Option(
+            help="Checkpoint served: a folder, or a shipped name (default: base-slip; with "
+            "--harness mini-swe-agent, the run configuration's model.path)."
+        ),
+    ] = None,
+    sessions: Annotated[int, typer.Option(help="Concurrent chat sessions per round.")] = 16,
+    turns: Annotated[int, typer.Option(help="Chat requests per session.")] = 4,
+    rounds: Annotated[int, typer.Option(help="Timed rounds per server, alternating.")] = 3,
+    max_tokens: Annotated[int, typer.Option(help="Most tokens per reply.")] = 64,
+    rewrite_share: Annotated[
+        float,
+        typer.Option(
+            help="Share of sessions whose harness edits its history halfway (the recorder "
+            "must start a new segment and count it), 0..1."
+        ),
+    ] = 0.0,
+    temperature: Annotated[
+        float,
+        typer.Option(
+            help="Sampling temperature of the replies; 0 (greedy) gives both servers the "
+            "same replies, so the latencies compare equal work."
+        ),
+    ] = 0.0,
+    threads: Annotated[int, typer.Option(help="torch CPU threads of each server.")] = 2,
+    seed: Annotated[int, typer.Option(help="Sampling seed.")] = 0,
+    harness: Annotated[
+        str,
+        typer.Option(
+            help="`scripted`: the timed workload above. `mini-swe-agent`: --tasks real "
+            "mini-swe-agent episodes (the mswe extra) through one recording server, "
+            "--sessions at once: bytes per session and rewrites, no latency."
+        ),
+    ] = "scripted",
+    tasks: Annotated[
+        int, typer.Option(help="With --harness mini-swe-agent: episodes, one per val task.")
+    ] = 16,
+    config_file: ConfigOption = None,
+    set_: SetOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
+) -> None:
+    """Latency of `fleetrl serve` with and without --record, and the bytes it records.
+
+    Two `fleetrl serve` processes on one checkpoint, one with --record, one without, up
+    together; concurrent multi-turn sessions (the official openai client, the whole chat
+    sent back each turn with `user` set, tool results after each reply, greedy replies by
+    default) run against each in alternating rounds. Reports p50/p99 request latency per
+    server and record/plain ratios from this one run; bytes per recorded session (GET
+    /v1/sessions/ID and as the trajectory channel stores it); and the share of sessions
+    whose history the harness
+    rewrote, from the recorder's counters (--rewrite-share sets how many do).
+
+    With --harness mini-swe-agent, real mini-swe-agent episodes on the run configuration's
+    val tasks (--config, --set: the harness budgets) instead: bytes per session and the
+    share of sessions it rewrote (it drops replies its parser refuses from its history)."""
+    for option, value in (
+        ("--sessions", sessions),
+        ("--turns", turns),
+        ("--rounds", rounds),
+        ("--max-tokens", max_tokens),
+        ("--threads", threads),
+    ):
+        if value < 1:
+            raise fail(f"{option} must be >= 1, got {value}")
+    if not 0 <= rewrite_share <= 1:
+        raise fail(f"--rewrite-share must be in 0..1, got {rewrite_share}")
+    if not 0 <= temperature <= 10:
+        raise fail(f"--temperature must be in 0..10, got {temperature}")
+    if rewrite_share > 0 and turns < 2:
+        raise fail("--rewrite-share needs --turns >= 2 (history is edited before a later turn)")
+    if harness == "mini-swe-agent":
+        bench_record_mswe(model, tasks, sessions, threads, seed, config_file, set_, as_json)
+        return
+    if harness != "scripted":
+        raise fail(f"--harness must be scripted or mini-swe-agent, not {harness!r}")
+    if config_file is not None or set_:
+        raise fail("--config and --set go with --harness mini-swe-agent (its harness budgets)")
+    model = model or "base-slip"
+    check_checkpoint(model)
+    from fleetrl.bench.record import RecordBenchConfig, RecordBenchError, run_record_bench
+
+    config = RecordBenchConfig(
+        model=model,
+        sessions=sessions,
+        turns=turns,
+        rounds=rounds,
+        max_tokens=max_tokens,
+        rewrite_share=rewrite_share,
+        temperature=temperature,
+        threads=threads,
+        seed=seed,
+    )
+    try:
+        result = run_record_bench(config, progress=not as_json)
+    except RecordBenchError as err:
+        raise fail(str(err)) from None
+    title = f"recording benchmark ({sessions} sessions x {turns} turns, {rounds} rounds)"
+    print_figures(result, title, as_json)
+
+
+def check_checkpoint(model: str) -> None:
+    """Fail unless `model` (--model, or the configuration's model.path) is a checkpoint."""
+    from fleetrl.model.checkpoint import resolve_checkpoint
+
+    if not (resolve_checkpoint(model) / "config.json").is_file():
+        raise fail(f"model {model}: not a checkpoint directory (no config.json); pass --model")
+
+
+def bench_record_mswe(
+    model: str | None,
+    tasks: int,
+    sessions: int,
+    threads: int,
+    seed: int,
+    config_file: Path | None,
+    sets: list[str] | None,
+    as_json: bool,
+) -> None:
+    """`fleetrl bench record --harness mini-swe-agent`: the `mini-swe-agent` preset unless
+    --config names another configuration."""
+    if tasks < 1:
+        raise fail(f"--tasks must be >= 1, got {tasks}")
+    sets = [*(sets or []), "rollout.harness=mini-swe-agent"]
+    run = run_config(config_file or Path("mini-swe-agent"), sets, {"model.path": model})
+    model = str(run.model.path)
+    check_checkpoint(model)
+    try:
+        from fleetrl.bench.record_mswe import MsweRecordConfig, run_mswe_record_bench
+    except ImportError as err:
+        raise fail(
+            f"mini-swe-agent is not installed (pip install 'fleetrl[mswe]'): {err}"
+        ) from None
+    from fleetrl.bench.record import RecordBenchError
+    from fleetrl.envs.sandbox import SandboxError
+    from fleetrl.envs.tasks.records import TaskError
+
+    config = MsweRecordConfig(model, tasks, min(sessions, tasks), threads=threads, seed=seed)
+    try:
+        result = run_mswe_record_bench(config, run, progress=not as_json)
+    except (RecordBenchError, SandboxError, TaskError) as err:
+        raise fail(str(err)) from None
+    print_figures(result, f"recording in mini-swe-agent ({tasks} episodes)", as_json)
+
+
 def check_published_run(source: str) -> None:
     """Fail unless `source` (--from-run) holds two or more published versions (the codec is
     measured between consecutive ones), read the way the weights benchmark reads it: a run

@@ -56,6 +56,13 @@ CHEAP = ["--steps", "1", "--synthetic-params", "0", "--lrs", "1e-6"]
         (["sandbox", "--base-dir", "{tmp}/afile"], "--base-dir"),
         (["fleet", "--max-staleness", "-1"], "--max-staleness"),
         (["learning", "--name", "../escape"], "--name"),
+        (["record", "--rewrite-share", "1.5"], "--rewrite-share"),
+        (["record", "--rewrite-share", "0.1", "--turns", "1"], "--rewrite-share"),
+        (["record", "--sessions", "0"], "--sessions"),
+        (["record", "--model", "{tmp}/nope"], "--model"),
+        (["record", "--harness", "mini-swe-agent", "--model", "{tmp}/nope"], "--model"),
+        (["record", "--harness", "swe-agent"], "--harness"),
+        (["record", "--set", "harness.max_turns=3"], "--set"),
     ],
 )
 def test_bench_refuses_bad_options_up_front_naming_them(tmp_path, options, named):
