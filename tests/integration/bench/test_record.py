@@ -44,3 +44,20 @@ def test_bench_record_reports_a_server_that_cannot_start(tmp_path):
     result = runner.invoke(app, ["bench", "record", "--model", str(tmp_path), "--rounds", "1"])
     assert result.exit_code == 2, result.output
     assert "server exited at start-up" in result.output and "Traceback" not in result.output
+
+
+def test_bench_record_inside_mini_swe_agent_counts_what_it_rewrote(tiny_checkpoint):
+    # The tiny model's replies are never one bash block: mini-swe-agent drops each from the
+    # history it sends back, so every turn after the first is a rewrite.
+    argv = ["bench", "record", "--json", "--harness", "mini-swe-agent", "--tasks", "1"]
+    argv += ["--model", str(tiny_checkpoint), "--threads", "1", "--set", "harness.max_turns=3"]
+    argv += ["--set", "harness.max_reply_tokens=16"]
+    result = runner.invoke(app, argv)
+    assert result.exit_code == 0, result.output
+    figures = json.loads(result.output)
+    assert figures["episodes"] == figures["recorded_sessions"] == 1
+    assert figures["recorded_turns"] == figures["turns_per_episode_mean"] >= 2
+    assert figures["rewritten_sessions"] == 1 and figures["rewritten_share"] == 1.0
+    assert figures["new_segments"] == figures["segments_per_session_mean"] - 1
+    assert figures["stored_bytes_per_session_median"] > 0
+    assert figures["unrecorded_requests"] == 0
