@@ -92,7 +92,7 @@ class RecordBenchConfig:
     max_tokens: int = 64  # per reply
     rewrite_share: float = 0.0  # share of sessions that edit their history halfway
     temperature: float = 0.0  # of every reply; 0: greedy, the same replies in both arms
-    threads: int = 2  # torch threads of each server
+    threads: int = 1  # torch threads of each server
     max_model_len: int = 2048  # each server's context length
     seed: int = 0
     start_timeout_s: float = 300.0  # a server's start-up, model loading included

@@ -53,7 +53,7 @@ class MsweRecordConfig:
     tasks: int = 16  # episodes, one per task
     sessions: int = 4  # episodes at once (each holds a sandbox)
     temperature: float = 1.0
-    threads: int = 2  # torch threads of the server
+    threads: int = 1  # torch threads of the server
     seed: int = 0
 
 

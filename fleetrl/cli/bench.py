@@ -364,7 +364,13 @@ def bench_record(
             "same replies, so the latencies compare equal work."
         ),
     ] = 0.0,
-    threads: Annotated[int, typer.Option(help="torch CPU threads of each server.")] = 2,
+    threads: Annotated[
+        int,
+        typer.Option(
+            help="torch CPU threads of each server (more than the free cores makes both "
+            "servers' latencies measure thread contention)."
+        ),
+    ] = 1,
     seed: Annotated[int, typer.Option(help="Sampling seed.")] = 0,
     harness: Annotated[
         str,
