@@ -260,7 +260,8 @@ def run_mswe_agent(
 ) -> MsweEpisode:
     """mini-swe-agent's `DefaultAgent` on `task` in `sandbox` until it submits or a limit
     ends it (blocking: call it in a thread from asyncio code). A prompt that no longer fits
-    the engine's window ends the episode ("context_full"); any other model error raises."""
+    the engine's window ends the episode ("context_full"), so does a request that times out
+    ("wall_time": one slow answer must not end an evaluation); any other model error raises."""
     config = mswe_config(harness)
     env = SandboxEnvironment(sandbox, **config["environment"])
     agent = DefaultAgent(model, env, **config["agent"])
@@ -268,6 +269,8 @@ def run_mswe_agent(
     try:
         result = agent.run(task=task.problem_statement, max_output_chars=harness.max_output_chars)
         status = result.get("exit_status", "")
+    except litellm.Timeout:  # a request over the harness's wall time, on a loaded engine
+        status = "TimeExceeded"
     except Exception as err:
         if _CONTEXT_FULL not in str(err) or agent.n_calls < 2:
             raise

@@ -13,8 +13,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -35,6 +37,7 @@ from fleetrl.model.tokenizer import Tokenizer
 from fleetrl.rollout.mswe import (
     SUBMIT,
     ScriptedModel,
+    endpoint_model,
     run_mswe_agent,
     run_mswe_episode,
     scripted_mswe_actions,
@@ -202,3 +205,34 @@ def test_fleetrl_train_runs_through_mini_swe_agent(tmp_path: Path, tiny_checkpoi
     records = [json.loads(line) for line in (tmp_path / "runs/m/metrics.jsonl").open()]
     [train] = [r for r in records if r["kind"] == "train"]
     assert train["reward"] == 0.0
+
+
+def test_a_request_that_times_out_ends_the_episode_not_the_evaluation(task):
+    """An endpoint that accepts and never answers: the request's timeout (the harness's
+    wall time) ends the episode as `wall_time`, as a slow engine under load would."""
+    server = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                held.append(server.accept()[0])  # kept open, never answered
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    harness = HARNESS.model_copy(update={"wall_s": 1.0})
+    url = f"http://127.0.0.1:{server.getsockname()[1]}"
+    try:
+        with open_sandbox(ensure_repo(task)) as sandbox:
+            model = endpoint_model(url, "s-timeout", SamplingParams(temperature=0.0), harness)
+            episode = run_mswe_agent(model, sandbox, task, harness)
+    finally:
+        stop.set()
+        thread.join()
+        for conn in held:
+            conn.close()
+        server.close()
+    assert episode.exit_status == "TimeExceeded" and episode.finish_reason == "wall_time"
+    assert episode.commands == []
