@@ -32,9 +32,10 @@ format: setup
 	$(PY) -m ruff check --fix .
 	$(PY) -m ruff format .
 
-# Every tier, slow tests included (what CI runs).
+# Every tier, slow tests included (what CI runs), on both cores: one test file per worker
+# (`--dist loadfile`), so a module's fixtures are built once.
 test: lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadfile
 
 # The quick loop: pure-code unit tier only, on both cores (pytest-xdist), under a minute.
 test-fast: setup
