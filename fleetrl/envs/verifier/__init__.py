@@ -44,7 +44,8 @@ for every submission.
 Modules, in the order a submission meets them: `changes` (what the agent changed, read
 without trusting it), `hidden` (which files the hidden tests are, and their restoration into
 the grading copy), `honeypots` and `honeypot_checks` (tests every correct solution fails,
-planted beside the hidden tests in every grading: one that passes is `tampering`),
+planted beside the hidden tests in every grading: one that passes along with the test it
+copies is `tampering`),
 `runner` (the graded run: a fresh sandbox, pytest's configuration, the
 agent's files applied, the grader runner started), `calls` (the graded run in calls mode:
 the grader and the worker, joined by two pipes), `judge` (the runner's report,

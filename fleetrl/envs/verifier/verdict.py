@@ -4,11 +4,11 @@ Contract: `verify` screens the agent's changes (the anti-cheat flags, and the ch
 may be applied: no test file, nothing where a hidden test goes, no configuration, no
 compiled artefact), gets the hidden tests' outcome through the process's outcome cache (the
 anti-cheat checks still run for every submission), and returns a `VerifyResult`: reward 1
-iff every graded test passed and no flag was raised (a honeypot test that passed, which
-every correct solution fails, is the flag `tampering`). It never raises for the agent's
-content (a check or a grading that fails on it is `grader_error`); only `VerifierError`
-(the task is broken), `SandboxUnavailable` and `GraderUnavailable` (this machine cannot
-grade: no sandbox, no pytest) get through.
+iff every graded test passed and no flag was raised (a honeypot test that passed along
+with the test it copies, which every correct solution fails, is the flag `tampering`). It
+never raises for the agent's content (a check or a grading that fails on it is
+`grader_error`); only `VerifierError` (the task is broken), `SandboxUnavailable` and
+`GraderUnavailable` (this machine cannot grade: no sandbox, no pytest) get through.
 `verify_workspace` grades a workspace directory.
 """
 
@@ -48,7 +48,7 @@ class VerifyResult:
     duration_s: float  # wall time of the grading
     applied: list[str] = field(default_factory=list)  # agent files applied to the copy
     # Honeypot tests graded beside the real ones (0: none could be made from this task's
-    # tests); one that passed is the flag `tampering`.
+    # tests); one that passed along with the test it copies is the flag `tampering`.
     honeypots: int = 0
     # Calls mode: fresh inputs checked against the gold solution, and where the agent's
     # code answered otherwise (any difference is reward 0).

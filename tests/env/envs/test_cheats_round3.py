@@ -690,14 +690,15 @@ def test_attack_scores_zero(tmp_path, name, kind, mode, files, expected):
 
 def test_the_median_oracle_loses_on_integer_answers_too(tmp_path, monkeypatch):
     """On a task whose answers are integers (each input's honeypots borrow the other tests'
-    answers), the oracle's median is another input's answer: a honeypot passes."""
+    answers), the oracle's median is another input's answer: a real test fails (and the
+    honeypot it matches passes, which without its source passing is no flag)."""
     monkeypatch.setattr(sys.modules[__name__], "TASK", "micro-heldout-0023")
     for attempt in range(8):
         cache.OUTCOMES = OutcomeCache()
         result = grade(
             "oracle", PYTEST, module(oracle_center_of_the_module), tmp_path / f"{attempt}"
         )
-        assert result.reward == 0 and "tampering" in result.flags, result
+        assert result.reward == 0 and "failed" in result.tests.values(), result
 
 
 def test_round_three_has_twenty_new_attempts_across_the_classes():
