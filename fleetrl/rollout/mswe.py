@@ -107,7 +107,8 @@ class SandboxEnvironment(LocalEnvironment):
     """mini-swe-agent's local environment with each command run in a fleetrl sandbox.
 
     The output is the command's stdout and stderr interleaved (as its `LocalEnvironment`
-    gives them), a timeout is reported as its own is, and the submit check is its own
+    gives them), a timeout or a command no program can be given (a NUL byte) is reported as
+    its own reports them, and the submit check is its own
     (`_check_finished` raises `Submitted`). `commands` keeps every command run, for the
     verifier's tool-log checks."""
 
@@ -125,7 +126,17 @@ class SandboxEnvironment(LocalEnvironment):
         prologue = f"cd {shlex.quote(where)} || exit 1\n" if where else ""
         limit = timeout or self.config.timeout
         argv = ["/bin/bash", "-c", f"{prologue}exec 2>&1\n{command}"]
-        result = self.sandbox.exec(argv, timeout=limit, env=self.config.env)
+        try:
+            result = self.sandbox.exec(argv, timeout=limit, env=self.config.env)
+        except ValueError as err:  # a command no program can be given (a NUL byte in it)
+            output = {
+                "output": "",
+                "returncode": -1,
+                "exception_info": f"An error occurred while executing the command: {err}",
+                "extra": {"exception_type": "ValueError", "exception": str(err)},
+            }
+            self._check_finished(output)
+            return output
         text = result.stdout + result.stderr
         if result.timed_out:
             output = {

@@ -36,8 +36,10 @@ from fleetrl.model.checkpoint import load_pretrained
 from fleetrl.model.tokenizer import Tokenizer
 from fleetrl.rollout.mswe import (
     SUBMIT,
+    SandboxEnvironment,
     ScriptedModel,
     endpoint_model,
+    mswe_config,
     run_mswe_agent,
     run_mswe_episode,
     scripted_mswe_actions,
@@ -236,3 +238,14 @@ def test_a_request_that_times_out_ends_the_episode_not_the_evaluation(task):
         server.close()
     assert episode.exit_status == "TimeExceeded" and episode.finish_reason == "wall_time"
     assert episode.commands == []
+
+
+def test_a_command_with_a_nul_byte_is_an_error_the_agent_sees(task):
+    """The sampled command holds a NUL byte, which no program can be given: reported as
+    mini-swe-agent's own environment reports a failed command, the episode goes on."""
+    with open_sandbox(ensure_repo(task)) as sandbox:
+        env = SandboxEnvironment(sandbox, **mswe_config(HARNESS)["environment"])
+        output = env.execute({"command": "echo a\x00b"})
+        assert output["returncode"] == -1 and "null byte" in output["exception_info"]
+        assert env.execute({"command": "echo fine"})["output"] == "fine\n"
+    assert env.commands == ["echo a\x00b", "echo fine"]
