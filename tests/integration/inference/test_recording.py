@@ -9,9 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,6 +33,7 @@ from fleetrl.types import Completion, SamplingParams
 from tests.integration.inference.test_server import (  # noqa: F401  (fixtures)
     MAX_MODEL_LEN,
     READ_FILE,
+    cli_server,
     dense_dir,
     moe_dir,
     one_torch_thread,
@@ -376,32 +374,16 @@ def test_cli_serve_record_sends_rewarded_groups_to_the_run_store(
 ) -> None:
     store = tmp_path / "store"
     open_store(str(store)).put(CONFIG_KEY, b"")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    command = [sys.executable, "-m", "fleetrl.cli", "serve", str(dense_dir), "--port", str(port)]
-    command += ["--threads", "1", "--record", "--store", str(store), "--group-size", "1"]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert process.poll() is None, process.communicate()
-            with contextlib.suppress(httpx.TransportError):
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            assert time.monotonic() < deadline, "fleetrl serve did not come up in 60 s"
-            time.sleep(0.2)
-        client = openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0)
+    options = ["--threads", "1", "--record", "--store", str(store), "--group-size", "1"]
+    with cli_server(dense_dir, *options) as served:
+        client = openai.OpenAI(base_url=f"{served.url}/v1", api_key="x", max_retries=0)
         reply = client.chat.completions.create(
             model="tiny", messages=OPENING, max_tokens=4, seed=0, user="cli"
         )
-        response = httpx.post(f"{url}/v1/sessions/cli/reward", json={"reward": 1, "task_id": "t"})
+        reward = {"reward": 1, "task_id": "t"}
+        response = httpx.post(f"{served.url}/v1/sessions/cli/reward", json=reward)
         assert response.status_code == 200 and response.json()["sent"] is True, response.text
-    finally:
-        process.terminate()
-        stdout, _ = process.communicate(timeout=30)
-    assert "recording sessions" in stdout
+    assert "recording sessions" in served.stdout
     [record] = TrajectoryChannel(str(store)).read_new({})
     [trajectory] = record.trajectories
     assert record.region == "serve" and trajectory.task_id == "t" and trajectory.reward == 1.0

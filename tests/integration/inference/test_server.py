@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -580,40 +581,57 @@ def test_generate_seed_out_of_range_is_a_400_naming_seed(dense: Served) -> None:
 # -- the command line --------------------------------------------------------------------
 
 
-def test_cli_serve(dense_dir: Path) -> None:
+@dataclass
+class CliServer:
+    """A `fleetrl serve` process: where it listens, and its stdout once it has ended."""
+
+    url: str
+    stdout: str = ""
+
+
+@contextlib.contextmanager
+def cli_server(checkpoint: Path, *options: str) -> Iterator[CliServer]:
+    """`fleetrl serve CHECKPOINT --port P OPTIONS` as a user starts it, once it answers
+    /health; terminated on exit, its stdout then in `.stdout`."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    command = [sys.executable, "-m", "fleetrl.cli", "serve", str(dense_dir), "--port", str(port)]
-    command += ["--admin-token", ADMIN_TOKEN, "--threads", "1"]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    url = f"http://127.0.0.1:{port}"
+    command = [sys.executable, "-m", "fleetrl.cli", "serve", str(checkpoint), "--port", str(port)]
+    process = subprocess.Popen(
+        [*command, *options], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    served = CliServer(f"http://127.0.0.1:{port}")
     try:
         deadline = time.monotonic() + 60
         while True:
             assert process.poll() is None, process.communicate()
             with contextlib.suppress(httpx.TransportError):
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                if httpx.get(f"{served.url}/health", timeout=1).status_code == 200:
                     break
             assert time.monotonic() < deadline, "fleetrl serve did not come up in 60 s"
             time.sleep(0.2)
-        client = openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0)
+        yield served
+    finally:
+        process.terminate()
+        try:
+            served.stdout, _ = process.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.communicate()
+            raise
+
+
+def test_cli_serve(dense_dir: Path) -> None:
+    with cli_server(dense_dir, "--admin-token", ADMIN_TOKEN, "--threads", "1") as served:
+        client = openai.OpenAI(base_url=f"{served.url}/v1", api_key="x", max_retries=0)
         reply = client.chat.completions.create(
             model=dense_dir.name, messages=HI, max_tokens=5, seed=0
         )
         assert reply.model == dense_dir.name
         assert 1 <= reply.usage.completion_tokens <= 5
         assert isinstance(reply.choices[0].message.content, str)
-        assert_error(httpx.post(f"{url}/update_weights?version=1", content=b""), 401)
-    finally:
-        process.terminate()
-        try:
-            stdout, _ = process.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.communicate()
-            raise
-    assert f"http://127.0.0.1:{port}" in stdout
+        assert_error(httpx.post(f"{served.url}/update_weights?version=1", content=b""), 401)
+    assert served.url in served.stdout
 
 
 def test_cli_serve_reports_where_it_cannot_listen_before_loading(
