@@ -75,6 +75,23 @@ class DemoStats:
     max_tokens: int = 0
     duration_s: float = 0.0
 
+    @classmethod
+    def of(
+        cls, demos: list[Demo], episodes: int, graded: int, dropped: dict[str, str], start: float
+    ) -> DemoStats:
+        """The stats of the kept `demos` of a generation begun at `start` (monotonic)."""
+        n = max(len(demos), 1)
+        return cls(
+            episodes=episodes,
+            kept=len(demos),
+            graded=graded,
+            dropped=dropped,
+            mean_tokens=sum(len(d.token_ids) for d in demos) / n,
+            mean_reply_tokens=sum(sum(d.loss_mask) for d in demos) / n,
+            max_tokens=max((len(d.token_ids) for d in demos), default=0),
+            duration_s=time.monotonic() - start,
+        )
+
 
 @dataclass(frozen=True)
 class _Job:
@@ -238,17 +255,8 @@ def generate_demos(
         _demonstrate(tasks, tokenizer, harness, rollout, plans, copies, concurrency, progress)
     )
     demos = [demo for _, demo, _ in outcomes if demo is not None]
-    n = max(len(demos), 1)
-    stats = DemoStats(
-        episodes=len(outcomes),
-        kept=len(demos),
-        graded=len(tasks) * len(plans),
-        dropped={name: reason for name, demo, reason in outcomes if demo is None},
-        mean_tokens=sum(len(d.token_ids) for d in demos) / n,
-        mean_reply_tokens=sum(sum(d.loss_mask) for d in demos) / n,
-        max_tokens=max((len(d.token_ids) for d in demos), default=0),
-        duration_s=time.monotonic() - start,
-    )
+    dropped = {name: reason for name, demo, reason in outcomes if demo is None}
+    stats = DemoStats.of(demos, len(outcomes), len(tasks) * len(plans), dropped, start)
     return demos, stats
 
 

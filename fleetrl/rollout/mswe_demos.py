@@ -194,18 +194,8 @@ def generate_mswe_demos(
         _demonstrate(tasks, model, tokenizer, harness, rollout, concurrency, progress)
     )
     demos = [demo for _, demo, _ in outcomes if demo is not None]
-    n = max(len(demos), 1)
-    stats = DemoStats(
-        episodes=len(outcomes),
-        kept=len(demos),
-        graded=len(outcomes),
-        dropped={f"{name}/{FIX}": why for name, demo, why in outcomes if demo is None},
-        mean_tokens=sum(len(d.token_ids) for d in demos) / n,
-        mean_reply_tokens=sum(sum(d.loss_mask) for d in demos) / n,
-        max_tokens=max((len(d.token_ids) for d in demos), default=0),
-        duration_s=time.monotonic() - start,
-    )
-    return demos, stats
+    dropped = {f"{name}/{FIX}": why for name, demo, why in outcomes if demo is None}
+    return demos, DemoStats.of(demos, len(outcomes), len(outcomes), dropped, start)
 
 
 def mswe_demos_key(
