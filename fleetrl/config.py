@@ -106,8 +106,9 @@ class RolloutSection(_Section):
     guide_failed_groups: bool = False
     """A group in which every sample failed (after any explore rounds) gets one sample
     replaced by the episode of the task's guide (the scripted expert on micro tasks, the
-    gold-patch guide on a task folder's: both read the gold patch), verified like any
-    other; the trainer learns it off-policy at importance weight 1 (LUFFY-style guidance).
+    gold-patch guide on a task folder's, inside mini-swe-agent its bash form: all read the
+    gold patch), verified like any other; the trainer learns it off-policy at importance
+    weight 1 (LUFFY-style guidance).
     Uses the train split's gold patches, which plain RL never sees: say so when comparing
     against SFT. Dense models only (docs/trainer.md)."""
     guide_recovery: bool = False
@@ -143,10 +144,10 @@ class RolloutSection(_Section):
 
     @model_validator(mode="after")
     def _harness_fits(self) -> RolloutSection:
-        if self.harness == "mini-swe-agent" and (self.guide_failed_groups or self.guide_recovery):
+        if self.harness == "mini-swe-agent" and self.guide_recovery:
             raise ValueError(
-                "rollout.guide_failed_groups and rollout.guide_recovery replay fleetrl's own "
-                "tool calls: set them to false with rollout.harness = mini-swe-agent"
+                "rollout.guide_recovery replays fleetrl's own tool calls: set it to false "
+                "with rollout.harness = mini-swe-agent (rollout.guide_failed_groups works)"
             )
         if self.harness == "mini-swe-agent" and self.env_latency_s:
             raise ValueError("rollout.env_latency_s is fleetrl's harness only: set it to 0")

@@ -19,8 +19,9 @@ endpoint (`fleetrl serve --record`, `fleetrl.inference.recording`): the session'
 are exactly what the engine sampled, whatever litellm did to the text in between.
 
 `scripted_mswe_actions` is the scripted expert in this format (the gold patch's edits as
-bash), for tests and SFT demonstrations; `ScriptedModel` replays it through the same model
-class (litellm's `mock_response`, no network).
+bash), for tests, SFT demonstrations and guided groups; `ScriptedModel` replays it through
+the same model class (litellm's `mock_response`, no network), `ScriptedEngine` as an
+engine's samples behind a recording endpoint (the tokens an RL episode would record).
 
 Not covered: mini-swe-agent's tool-calling model classes (v2's default format), its
 interactive agent, and litellm's retries (one try: a failed request fails the episode).
@@ -67,8 +68,17 @@ from fleetrl.envs.verifier import sandbox_changes, verify
 from fleetrl.inference.engine import Engine
 from fleetrl.inference.recording import SessionRecorder
 from fleetrl.inference.server import create_app
+from fleetrl.model.chat import GENERATION_PROMPT
+from fleetrl.model.qwen3 import Qwen3
 from fleetrl.model.tokenizer import Tokenizer
-from fleetrl.types import SamplingParams, Segment, Task, Trajectory
+from fleetrl.types import (
+    Completion,
+    InvalidRequest,
+    SamplingParams,
+    Segment,
+    Task,
+    Trajectory,
+)
 
 litellm.suppress_debug_info = True  # its "Provider List" banner on every uncosted call
 
@@ -244,6 +254,56 @@ def scripted_mswe_actions(task: Task) -> Iterator[str]:
             yield action_reply("I check that the code still imports.", args["command"])
         elif step == "finish":
             yield action_reply("The fix is done; I submit.", SUBMIT)
+
+
+class ScriptedEngine(Engine):
+    """An Engine whose sampling returns scripted replies: everything around it (the
+    recording endpoint, the agent, the sandbox) is real.
+
+    A request's episode is the script whose key (the task's problem statement, which
+    mini-swe-agent's instance prompt holds) is in the decoded prompt, the longest if
+    several are; its turn is the number of replies the prompt already holds (the count of
+    the chat format's generation prompt, minus one). The reply's tokens are its encoding
+    plus `<|im_end|>`, cut at the request's `max_tokens` and the window as the real
+    engine's would be. Requests are stateless, so episodes may run concurrently."""
+
+    def __init__(
+        self, model: Qwen3, tokenizer: Tokenizer, scripts: dict[str, list[str]], max_model_len: int
+    ) -> None:
+        """`model` gives the configuration only (no token is computed); `scripts`: the
+        replies of each episode by its key; `max_model_len` as the real engine's."""
+        super().__init__(model, max_batch_size=1, max_model_len=max_model_len, prefix_cache_slots=0)
+        self.tokenizer = tokenizer
+        self.scripts = scripts
+        self._turn_mark = tokenizer.encode(GENERATION_PROMPT)
+
+    def _turn(self, prompt_ids: list[int]) -> int:
+        mark, n = self._turn_mark, len(self._turn_mark)
+        return sum(prompt_ids[i : i + n] == mark for i in range(len(prompt_ids) - n + 1)) - 1
+
+    async def generate(
+        self, prompt_ids: list[int], params: SamplingParams | None = None
+    ) -> Completion:
+        """The script's next reply for the episode `prompt_ids` belongs to."""
+        params = params or SamplingParams()
+        if len(prompt_ids) >= self.max_model_len:
+            raise InvalidRequest(
+                f"prompt of {len(prompt_ids)} tokens leaves no room in the context of "
+                f"{self.max_model_len} tokens"
+            )
+        text = self.tokenizer.decode(prompt_ids)
+        keys = [key for key in self.scripts if key in text]
+        if not keys:
+            raise InvalidRequest("no script's key is in the prompt")
+        replies, turn = self.scripts[max(keys, key=len)], self._turn(prompt_ids)
+        if turn >= len(replies):
+            raise InvalidRequest(f"the script has {len(replies)} replies, turn {turn} asked")
+        ids = [*self.tokenizer.encode(replies[turn]), self.tokenizer.eos_id]
+        room = min(params.max_tokens, self.max_model_len - len(prompt_ids))
+        finish = "stop" if len(ids) <= room else "length"
+        ids = ids[:room]
+        versions = [self.version] * len(ids)
+        return Completion(list(prompt_ids), ids, [0.0] * len(ids), versions, finish)
 
 
 @dataclass

@@ -40,14 +40,13 @@ from fleetrl.envs.tasks.workspace import ensure_repo
 from fleetrl.files import cache_dir, write_whole
 from fleetrl.inference import engine as engine_module
 from fleetrl.inference import protocol, recording, server
-from fleetrl.inference.engine import Engine
 from fleetrl.model import chat
-from fleetrl.model.chat import GENERATION_PROMPT
 from fleetrl.model.qwen3 import Qwen3
 from fleetrl.model.tokenizer import Tokenizer
 from fleetrl.rollout import mswe, worker
 from fleetrl.rollout.demos import DemoStats
-from fleetrl.types import Completion, Demo, InvalidRequest, SamplingParams, Task, Trajectory
+from fleetrl.rollout.mswe import ScriptedEngine
+from fleetrl.types import Demo, Task, Trajectory
 
 # What the recorded tokens depend on besides the task records, tokenizer and settings.
 _SOURCES = (
@@ -63,56 +62,6 @@ _SOURCES = (
     Path(__file__),
 )
 _PACKAGES = ("mini-swe-agent", "litellm")  # their versions are part of the cache key
-
-
-class ScriptedEngine(Engine):
-    """An Engine whose sampling returns scripted replies: everything around it (the
-    recording endpoint, the agent, the sandbox) is real.
-
-    A request's episode is the script whose key (the task's problem statement, which
-    mini-swe-agent's instance prompt holds) is in the decoded prompt, the longest if
-    several are; its turn is the number of replies the prompt already holds (the count of
-    the chat format's generation prompt, minus one). The reply's tokens are its encoding
-    plus `<|im_end|>`, cut at the request's `max_tokens` and the window as the real
-    engine's would be. Requests are stateless, so episodes may run concurrently."""
-
-    def __init__(
-        self, model: Qwen3, tokenizer: Tokenizer, scripts: dict[str, list[str]], max_model_len: int
-    ) -> None:
-        """`model` gives the configuration only (no token is computed); `scripts`: the
-        replies of each episode by its key; `max_model_len` as the real engine's."""
-        super().__init__(model, max_batch_size=1, max_model_len=max_model_len, prefix_cache_slots=0)
-        self.tokenizer = tokenizer
-        self.scripts = scripts
-        self._turn_mark = tokenizer.encode(GENERATION_PROMPT)
-
-    def _turn(self, prompt_ids: list[int]) -> int:
-        mark, n = self._turn_mark, len(self._turn_mark)
-        return sum(prompt_ids[i : i + n] == mark for i in range(len(prompt_ids) - n + 1)) - 1
-
-    async def generate(
-        self, prompt_ids: list[int], params: SamplingParams | None = None
-    ) -> Completion:
-        """The script's next reply for the episode `prompt_ids` belongs to."""
-        params = params or SamplingParams()
-        if len(prompt_ids) >= self.max_model_len:
-            raise InvalidRequest(
-                f"prompt of {len(prompt_ids)} tokens leaves no room in the context of "
-                f"{self.max_model_len} tokens"
-            )
-        text = self.tokenizer.decode(prompt_ids)
-        keys = [key for key in self.scripts if key in text]
-        if not keys:
-            raise InvalidRequest("no script's key is in the prompt")
-        replies, turn = self.scripts[max(keys, key=len)], self._turn(prompt_ids)
-        if turn >= len(replies):
-            raise InvalidRequest(f"the script has {len(replies)} replies, turn {turn} asked")
-        ids = [*self.tokenizer.encode(replies[turn]), self.tokenizer.eos_id]
-        room = min(params.max_tokens, self.max_model_len - len(prompt_ids))
-        finish = "stop" if len(ids) <= room else "length"
-        ids = ids[:room]
-        versions = [self.version] * len(ids)
-        return Completion(list(prompt_ids), ids, [0.0] * len(ids), versions, finish)
 
 
 def _verdict(task: Task, trajectory: Trajectory) -> tuple[Demo | None, str]:

@@ -51,7 +51,7 @@ from fleetrl.rollout.guidance import mask_replies, recovery_room, refused_prefix
 from fleetrl.types import SamplingParams, Task, Trajectory
 
 if TYPE_CHECKING:
-    from fleetrl.rollout.mswe import LocalEndpoint
+    from fleetrl.rollout.mswe import LocalEndpoint, ScriptedEngine
 
 log = logging.getLogger(__name__)
 
@@ -129,9 +129,11 @@ class Rollouts:
         self._episodes = asyncio.Semaphore(episodes)
         self._gradings = asyncio.Semaphore(gradings)
         # rollout.harness = mini-swe-agent: the recording endpoint its model talks to,
-        # started with the first episode (`fleetrl.rollout.mswe.LocalEndpoint`).
+        # started with the first episode (`fleetrl.rollout.mswe.LocalEndpoint`), under
+        # "local"; a guided group's scripted expert has its own under "guide".
         # Shared by shallow copies (an evaluation's runs): one endpoint per engine.
         self._endpoint: dict[str, LocalEndpoint] = {}
+        self._guide_engine: ScriptedEngine | None = None
         self._endpoint_lock = asyncio.Lock()
 
     async def run_one(
@@ -149,7 +151,12 @@ class Rollouts:
         sampling parameters (an evaluation episode's own seed)."""
         rollout = self.rollout
         if rollout.harness != "fleetrl":
-            return await self._run_mswe(task, group_id, grade, policy, sampling or self.sampling)
+            sampling = sampling or self.sampling
+            if policy is None:
+                return await self._run_mswe(task, group_id, grade, "local", sampling)
+            if policy is not self._guide_engine:
+                raise ValueError("mini-swe-agent episodes sample from the Rollouts' engines")
+            return await self._run_mswe(task, group_id, grade, "guide", sampling)
         async with self._episodes:
             repo = await asyncio.to_thread(ensure_repo, task)
             sandbox = await asyncio.to_thread(
@@ -186,22 +193,25 @@ class Rollouts:
         task: Task,
         group_id: str,
         grade: bool,
-        policy: TokenPolicy | None,
+        engine_name: str,
         sampling: SamplingParams,
     ) -> Trajectory:
         """`run_one` inside mini-swe-agent (`rollout.harness`): the agent works in a thread
-        and samples through this Rollouts' recording endpoint, whose session gives the
-        tokens; graded like any episode, with the commands it ran as the tool log."""
+        and samples through the recording endpoint of one of this Rollouts' engines
+        (`engine_name`: "local", the policy's; "guide", the scripted expert's), whose
+        session gives the tokens; graded like any episode, with the commands it ran as
+        the tool log."""
         from fleetrl.rollout import mswe  # the optional extra, loaded only where chosen
 
-        if policy is not None or not isinstance(self.policy, Engine):
+        engine = self.policy if engine_name == "local" else self._guide_engine
+        if not isinstance(engine, Engine):
             raise ValueError("mini-swe-agent episodes sample from the Rollouts' own engine")
         async with self._endpoint_lock:
-            if not self._endpoint:
-                endpoint = mswe.LocalEndpoint(self.policy, self.tokenizer)
+            if engine_name not in self._endpoint:
+                endpoint = mswe.LocalEndpoint(engine, self.tokenizer)
                 await endpoint.start()
-                self._endpoint["local"] = endpoint
-        url, rollout = self._endpoint["local"].url, self.rollout
+                self._endpoint[engine_name] = endpoint
+        url, rollout = self._endpoint[engine_name].url, self.rollout
         session = mswe.new_session_id(task)
         model = mswe.endpoint_model(url, session, sampling, self.harness)
         async with self._episodes:
@@ -228,9 +238,9 @@ class Rollouts:
         return trajectory
 
     async def close(self) -> None:
-        """Stop what the Rollouts started besides its episodes (mini-swe-agent's endpoint)."""
-        if self._endpoint:
-            await self._endpoint.pop("local").close()
+        """Stop what the Rollouts started besides its episodes (mini-swe-agent's endpoints)."""
+        for name in list(self._endpoint):
+            await self._endpoint.pop(name).close()
 
     async def run_group(self, task: Task, samples: int, group_id: str) -> GroupResult:
         """`samples` concurrent episodes of one task sharing `group_id`; episodes that
@@ -289,6 +299,10 @@ class Rollouts:
         if any(s.routed_experts is not None for s in sampled):
             log.warning("no guidance for %s: the expert routes no MoE experts", task.instance_id)
             return None
+        version = max(v for s in sampled for v in s.versions)
+        if self.rollout.harness != "fleetrl":
+            trajectory = await self._mswe_guide_episode(task, group_id)
+            return None if trajectory is None else (_stamp_guided(trajectory, 0, version), None)
         guide = guide_for(task)
         if guide is None:
             log.warning("no guidance for %s: no guide serves the task", task.instance_id)
@@ -303,16 +317,10 @@ class Rollouts:
                     starts.append((i, prefix))
                     break
         starts.append((None, []))
-        version = max(v for s in sampled for v in s.versions)
         for continued, prefix in starts:
             trajectory = await self._guide_episode(guide, task, group_id, prefix)
-            if trajectory is None:
-                continue
-            (segment,) = trajectory.segments
-            mask_replies(segment, len(prefix))
-            segment.guided = True
-            segment.versions = [version if m else -1 for m in segment.loss_mask]
-            return trajectory, continued
+            if trajectory is not None:
+                return _stamp_guided(trajectory, len(prefix), version), continued
         return None
 
     async def _recovery_room(self, guide: Guide, task: Task) -> int:
@@ -349,6 +357,38 @@ class Rollouts:
             return None
         return trajectory
 
+    async def _mswe_guide_episode(self, task: Task, group_id: str) -> Trajectory | None:
+        """The scripted expert's episode on `task` inside mini-swe-agent (its replies from
+        the gold patch, `scripted_mswe_actions`, sampled by the guide engine behind its
+        own recording endpoint), or None where the expert cannot read the task or its
+        episode was not a clean success: reward 1, submitted, no format error, one
+        segment."""
+        from fleetrl.rollout import mswe  # the optional extra, loaded only where chosen
+
+        try:
+            replies = await asyncio.to_thread(lambda: list(mswe.scripted_mswe_actions(task)))
+        except ValueError as err:
+            log.warning("no guidance for %s: %s", task.instance_id, err)
+            return None
+        if self._guide_engine is None:
+            policy = self.policy
+            assert isinstance(policy, Engine)  # _run_mswe checked it for the group
+            self._guide_engine = mswe.ScriptedEngine(
+                policy.model, self.tokenizer, {}, policy.max_model_len
+            )
+        self._guide_engine.scripts[task.problem_statement] = replies
+        trajectory = await self._attempt(task, group_id, self._guide_engine)
+        if (
+            not isinstance(trajectory, Trajectory)
+            or trajectory.reward != 1.0
+            or trajectory.finish_reason != "finish"
+            or trajectory.tool_errors
+            or len(trajectory.segments) != 1
+        ):
+            log.warning("the guide's episode on %s inside mini-swe-agent failed", task.instance_id)
+            return None
+        return trajectory
+
     async def _attempt(
         self, task: Task, group_id: str, policy: TokenPolicy | None = None
     ) -> Trajectory | Exception:
@@ -360,3 +400,14 @@ class Rollouts:
                 "episode of %s in group %s failed", task.instance_id, group_id, exc_info=err
             )
             return err
+
+
+def _stamp_guided(trajectory: Trajectory, replayed: int, version: int) -> Trajectory:
+    """`trajectory` (one segment, a guide's episode) as a guided sample: its first
+    `replayed` replies out of the loss, its tokens stamped with `version` (the newest its
+    group was sampled at: it is as fresh as the group)."""
+    (segment,) = trajectory.segments
+    mask_replies(segment, replayed)
+    segment.guided = True
+    segment.versions = [version if m else -1 for m in segment.loss_mask]
+    return trajectory

@@ -183,9 +183,47 @@ def test_rollouts_run_groups_inside_mini_swe_agent_when_the_config_says_so(
         assert all(sum(s.loss_mask) > 0 for s in trajectory.segments)
 
 
-def test_guidance_is_refused_with_mini_swe_agent():
-    with pytest.raises(ValueError, match=r"rollout\.guide_failed_groups"):
-        RolloutSection(harness="mini-swe-agent", guide_failed_groups=True)
+def test_a_group_failed_whole_inside_mini_swe_agent_is_guided_by_the_experts_episode(
+    task,
+    dense_dir,  # noqa: F811
+    tokenizer,  # noqa: F811
+):
+    """`rollout.guide_failed_groups` inside mini-swe-agent: a tiny random model fails the
+    group whole; one sample gives way to the scripted expert's episode, recorded through
+    an endpoint of its own exactly as a policy's would be, verified (reward 1), stamped
+    as fresh as the group and marked guided."""
+    rollout = RolloutSection(harness="mini-swe-agent", guide_failed_groups=True)
+    harness = HarnessSection(max_turns=5, max_reply_tokens=256, max_context=MAX_MODEL_LEN - 8)
+
+    async def main() -> GroupResult:
+        engine = rollout_engine(load_pretrained(dense_dir), harness, episodes=2)
+        engine.version = 3
+        try:
+            rollouts = Rollouts(engine, tokenizer, harness, rollout, episodes=2, gradings=1)
+            try:
+                return await rollouts.run_group(task, 2, "g-0")
+            finally:
+                await rollouts.close()
+        finally:
+            await engine.close()
+
+    result = asyncio.run(main())
+    assert result.guided and result.failures == {}
+    sampled, expert = result.trajectories
+    assert sampled.reward == 0.0 and not any(s.guided for s in sampled.segments)
+    assert expert.reward == 1.0 and expert.flags == [] and expert.finish_reason == "finish"
+    assert expert.group_id == "g-0" and expert.task_id == task.instance_id
+    (segment,) = expert.segments
+    assert segment.guided
+    assert segment.versions == [3 if m else -1 for m in segment.loss_mask]
+    replies = [[*tokenizer.encode(r), tokenizer.eos_id] for r in scripted_mswe_actions(task)]
+    learnt = [t for t, m in zip(segment.token_ids, segment.loss_mask, strict=True) if m]
+    assert learnt == [t for reply in replies for t in reply]
+
+
+def test_recovery_guidance_is_refused_with_mini_swe_agent():
+    with pytest.raises(ValueError, match=r"rollout\.guide_recovery"):
+        RolloutSection(harness="mini-swe-agent", guide_failed_groups=True, guide_recovery=True)
 
 
 @pytest.mark.slow
