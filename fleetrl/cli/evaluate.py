@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 from typing import Annotated, get_args
@@ -105,11 +104,12 @@ def eval_command(
             "--after-slip opens each episode with the expert's refused edit_file call, a tool "
             f"of fleetrl's own harness: it does not apply to {config.rollout.harness}"
         )
-    if (
-        config.rollout.harness == MINI_SWE_AGENT
-        and importlib.util.find_spec("minisweagent") is None
-    ):
-        raise fail("the mini-swe-agent harness needs its package: pip install 'fleetrl[mswe]'")
+    from fleetrl.config import ConfigError
+
+    try:
+        config.rollout.check_installed()  # the engine's and the harness's packages
+    except ConfigError as err:
+        raise fail(str(err)) from None
     split = split or config.eval.split
     if best_temperature and temperature is not None:
         raise fail("--best-temperature chooses the temperature: drop --temperature")

@@ -142,6 +142,13 @@ def serve(
         str,
         typer.Option(help="With --store: the name the groups carry in the channel."),
     ] = "serve",
+    engine: Annotated[
+        str,
+        typer.Option(
+            help="What samples: fleetrl (the built-in engine) or vllm (`pip install "
+            "'fleetrl[vllm]'`; --dtype auto serves it in bfloat16)."
+        ),
+    ] = "fleetrl",
 ) -> None:
     """Serve a checkpoint: OpenAI-compatible API, token-level /generate, weight updates."""
     if not 0 <= port <= 65535:
@@ -154,6 +161,10 @@ def serve(
         raise fail(f"--threads must be >= 1, got {threads}")
     if dtype not in ("auto", "float32", "bfloat16", "float16"):
         raise fail(f"--dtype must be auto, float32, bfloat16 or float16, not {dtype!r}")
+    if engine not in ("fleetrl", "vllm"):
+        raise fail(f"--engine must be fleetrl or vllm, not {engine!r}")
+    if engine == "vllm" and dtype == "float16":
+        raise fail("--engine vllm serves float32 or bfloat16 (--dtype auto: bfloat16)")
     if not session_ttl > 0:
         raise fail(f"--session-ttl must be > 0 seconds, got {session_ttl}")
     if group_size < 1:
@@ -177,6 +188,7 @@ def serve(
             f"--max-model-len {max_model_len} is longer than the {positions} positions the "
             f"model was made for (max_position_embeddings); use {positions} or less, or 0"
         )
+    from fleetrl.inference.backends import EngineUnavailable
     from fleetrl.inference.server import ListenError
     from fleetrl.inference.server import serve as run_server
 
@@ -195,8 +207,9 @@ def serve(
             group_size=group_size,
             sink=sink,
             region=region,
+            backend=engine,
         )
-    except (CheckpointError, FileNotFoundError, ListenError) as err:
+    except (CheckpointError, FileNotFoundError, ListenError, EngineUnavailable) as err:
         raise fail(str(err)) from None
 
 

@@ -53,6 +53,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.types import Message as ASGIMessage
 
+from fleetrl.inference.backends import RolloutEngine, open_engine
 from fleetrl.inference.engine import Engine
 from fleetrl.inference.protocol import (
     ChatRequest,
@@ -74,7 +75,7 @@ from fleetrl.inference.recording import (
     UnknownSession,
 )
 from fleetrl.model.chat import encode_chat
-from fleetrl.model.checkpoint import DTYPES, load_pretrained
+from fleetrl.model.checkpoint import DTYPES, load_pretrained, read_config
 from fleetrl.model.tokenizer import Tokenizer
 from fleetrl.types import Completion, InvalidRequest, SamplingParams
 
@@ -167,7 +168,7 @@ class BodySizeLimit:
 
 
 async def generate_n(
-    engine: Engine, prompt_ids: list[int], params: SamplingParams, n: int
+    engine: RolloutEngine, prompt_ids: list[int], params: SamplingParams, n: int
 ) -> list[Completion]:
     """`n` completions of one prompt, run concurrently; choice i of a seeded request uses seed + i.
 
@@ -187,7 +188,7 @@ async def generate_n(
 
 
 def create_app(
-    engine: Engine,
+    engine: RolloutEngine,
     tokenizer: Tokenizer,
     model_name: str,
     admin_token: str | None,
@@ -468,6 +469,7 @@ def serve(
     threads: int | None = None,
     record: bool = False,
     session_ttl_s: float = 3600.0,
+    backend: str = "fleetrl",
     group_size: int = 8,
     sink: GroupSink | None = None,
     region: str = "serve",
@@ -476,7 +478,9 @@ def serve(
 
     `dtype="auto"` keeps the checkpoint's dtype; `threads=None` leaves torch's default;
     `max_model_len=0` is the model's own maximum (at most 4096). The model runs on the GPU
-    when there is one. Raises ListenError, before loading anything, when it cannot listen.
+    when there is one. `backend="vllm"` samples with vLLM instead (`open_engine`; auto:
+    bfloat16), served by this same app. Raises ListenError, before loading anything, when
+    it cannot listen.
     With `record`, chat sessions are recorded (`SessionRecorder`: `session_ttl_s`,
     `group_size`; groups go to `sink`, named after `region`).
     """
@@ -488,11 +492,17 @@ def serve(
     try:
         if threads is not None:
             torch.set_num_threads(threads)
-        model = load_pretrained(checkpoint, dtype=None if dtype == "auto" else DTYPES[dtype])
         device = "cuda" if torch.cuda.is_available() else "cpu"
-        model = model.to(device)
         tokenizer = Tokenizer.from_pretrained(checkpoint)
-        engine = Engine(model, max_batch_size=max_batch_size, max_model_len=max_model_len)
+        engine: RolloutEngine
+        if backend == "vllm":
+            length = max_model_len or min(read_config(checkpoint).max_position_embeddings, 4096)
+            engine = open_engine("vllm", checkpoint, max_batch_size, length, dtype, 0, threads)
+            device = f"vLLM, {device}"
+        else:
+            model = load_pretrained(checkpoint, dtype=None if dtype == "auto" else DTYPES[dtype])
+            model = model.to(device)
+            engine = Engine(model, max_batch_size=max_batch_size, max_model_len=max_model_len)
         name = checkpoint.resolve().name
         recorder = None
         if record:

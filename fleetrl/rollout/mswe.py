@@ -65,6 +65,7 @@ from fleetrl.envs.tasks import guide
 from fleetrl.envs.tasks.gold_guide import script
 from fleetrl.envs.tasks.workspace import ensure_repo
 from fleetrl.envs.verifier import sandbox_changes, verify
+from fleetrl.inference.backends import RolloutEngine
 from fleetrl.inference.engine import Engine
 from fleetrl.inference.recording import SessionRecorder
 from fleetrl.inference.server import create_app
@@ -443,7 +444,7 @@ class LocalEndpoint:
     Rewards end sessions and go nowhere else (no sink): the region sends its groups
     itself. Its lifespan is off, so stopping it leaves the engine to its owner."""
 
-    def __init__(self, engine: Engine, tokenizer: Tokenizer) -> None:
+    def __init__(self, engine: RolloutEngine, tokenizer: Tokenizer) -> None:
         self.recorder = SessionRecorder(tokenizer, group_size=1)
         app = create_app(engine, tokenizer, "fleetrl", admin_token=None, recorder=self.recorder)
         self.server = _Embedded(uvicorn.Config(app, log_level="warning", lifespan="off"))

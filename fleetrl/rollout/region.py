@@ -36,9 +36,9 @@ import torch
 
 from fleetrl.config import RunConfig
 from fleetrl.envs.tasks.suites import training_tasks
-from fleetrl.model.checkpoint import load_pretrained, resolve_checkpoint
+from fleetrl.model.checkpoint import resolve_checkpoint
 from fleetrl.model.tokenizer import Tokenizer
-from fleetrl.rollout.worker import GroupResult, Rollouts, rollout_engine
+from fleetrl.rollout.worker import GroupResult, Rollouts, open_rollout_engine
 from fleetrl.store.admission import Heartbeat, may_start, read_grants, write_heartbeat
 from fleetrl.store.control import read_progress, stop_signalled, store_url
 from fleetrl.store.follower import WeightFollower
@@ -145,8 +145,7 @@ class Region:
         tokenizer = Tokenizer.from_pretrained(checkpoint)
         harness = self.config.harness
         episodes = rc.group_size * rc.max_concurrent_groups
-        model = load_pretrained(checkpoint, dtype=torch.float32)
-        engine = rollout_engine(model, harness, episodes, self.config.trainer.seed)
+        engine = open_rollout_engine(checkpoint, harness, rc, episodes, self.config.trainer.seed)
         stop = asyncio.Event()
         relay, relaying = None, None
         if self.regional is not None:

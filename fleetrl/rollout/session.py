@@ -34,10 +34,9 @@ from fleetrl.config import RunConfig
 from fleetrl.envs.harness.loop import TokenPolicy
 from fleetrl.envs.tasks import guide
 from fleetrl.envs.tasks.suites import guide_for
-from fleetrl.model.checkpoint import load_pretrained
 from fleetrl.model.tokenizer import Tokenizer
 from fleetrl.rollout.stats import EvalError, EvalResult, summarise
-from fleetrl.rollout.worker import Rollouts, rollout_engine
+from fleetrl.rollout.worker import Rollouts, open_rollout_engine
 from fleetrl.types import Task, Trajectory
 
 _T = TypeVar("_T")
@@ -182,12 +181,15 @@ def in_session(
     `progress`; every graded episode written to `transcripts` as a JSON line when given;
     the file is replaced)."""
     torch.set_num_threads(config.eval.threads)
-    model = load_pretrained(checkpoint)
     tokenizer = Tokenizer.from_pretrained(checkpoint)
     episodes, gradings = config.eval.max_concurrent, config.eval.max_concurrent_verify
+    # the rollouts' engine and dtype, on the evaluation's threads
+    rollout = config.rollout.model_copy(update={"threads": config.eval.threads})
 
     async def main(bar: Progress | None) -> _T:
-        engine = rollout_engine(model, config.harness, episodes, config.trainer.seed)
+        engine = open_rollout_engine(
+            checkpoint, config.harness, rollout, episodes, config.trainer.seed
+        )
         out, rollouts = None, None
         try:
             rollouts = Rollouts(

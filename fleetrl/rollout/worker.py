@@ -34,6 +34,7 @@ import logging
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fleetrl.config import HarnessSection, RolloutSection
@@ -44,7 +45,9 @@ from fleetrl.envs.tasks.guide import FIX, RECOVER, Guide
 from fleetrl.envs.tasks.suites import guide_for
 from fleetrl.envs.tasks.workspace import ensure_repo
 from fleetrl.envs.verifier import sandbox_changes, verify
+from fleetrl.inference.backends import RolloutEngine, open_engine
 from fleetrl.inference.engine import Engine
+from fleetrl.model.checkpoint import init_model
 from fleetrl.model.qwen3 import Qwen3
 from fleetrl.model.tokenizer import Tokenizer
 from fleetrl.rollout.guidance import mask_replies, recovery_room, refused_prefix
@@ -86,16 +89,38 @@ def settle_group(outcomes: list[Trajectory | Exception]) -> GroupResult:
     return GroupResult(trajectories, dict(failures))
 
 
+def engine_window(harness: HarnessSection) -> int:
+    """The context an engine serving `harness` needs: its window, and room for the reply's
+    stop token."""
+    return harness.max_context + 8
+
+
 def rollout_engine(model: Qwen3, harness: HarnessSection, episodes: int, seed: int = 0) -> Engine:
-    """An engine sized for `episodes` in flight: a decode slot and a prefix-cache slot per
-    episode (each turn continues its episode's previous one), contexts of the harness's
-    window."""
+    """A built-in engine sized for `episodes` in flight: a decode slot and a prefix-cache
+    slot per episode (each turn continues its episode's previous one), contexts of the
+    harness's window."""
     return Engine(
         model,
         max_batch_size=episodes,
-        max_model_len=harness.max_context + 8,  # + room for the reply's stop token
+        max_model_len=engine_window(harness),
         seed=seed,
         prefix_cache_slots=episodes,
+    )
+
+
+def open_rollout_engine(
+    checkpoint: Path, harness: HarnessSection, rollout: RolloutSection, episodes: int, seed: int
+) -> RolloutEngine:
+    """The engine `rollout.engine` names, sized as `rollout_engine` sizes the built-in one,
+    serving `checkpoint` in `rollout.engine_dtype` on `rollout.threads` cores."""
+    return open_engine(
+        rollout.engine,
+        checkpoint,
+        max_batch_size=episodes,
+        max_model_len=engine_window(harness),
+        dtype=rollout.engine_dtype,
+        seed=seed,
+        threads=rollout.threads,
     )
 
 
@@ -204,7 +229,7 @@ class Rollouts:
         from fleetrl.rollout import mswe  # the optional extra, loaded only where chosen
 
         engine = self.policy if engine_name == "local" else self._guide_engine
-        if not isinstance(engine, Engine):
+        if not isinstance(engine, RolloutEngine):
             raise ValueError("mini-swe-agent episodes sample from the Rollouts' own engine")
         async with self._endpoint_lock:
             if engine_name not in self._endpoint:
@@ -372,9 +397,11 @@ class Rollouts:
             return None
         if self._guide_engine is None:
             policy = self.policy
-            assert isinstance(policy, Engine)  # _run_mswe checked it for the group
+            assert isinstance(policy, RolloutEngine)  # _run_mswe checked it for the group
+            # The guide computes nothing: any model of the policy's shape sizes its cache.
+            model = policy.model if isinstance(policy, Engine) else init_model(policy.config)
             self._guide_engine = mswe.ScriptedEngine(
-                policy.model, self.tokenizer, {}, policy.max_model_len
+                model, self.tokenizer, {}, policy.max_model_len
             )
         self._guide_engine.scripts[task.problem_statement] = replies
         trajectory = await self._attempt(task, group_id, self._guide_engine)

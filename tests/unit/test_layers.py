@@ -51,6 +51,7 @@ ENTRY_POINTS = {
     "fleetrl.envs.verifier.call_worker": "run by path in calls mode's worker sandbox (and "
     "loaded by path by call_grader for the wire)",
     "fleetrl.envs.verifier.call_fresh": "loaded by path by call_grader (fresh inputs)",
+    "fleetrl.inference.vllm_worker": "imported by name in vLLM's worker (worker_extension_cls)",
 }
 
 

@@ -1,0 +1,154 @@
+"""vLLM as the rollout engine (the `vllm` extra), on this CPU, with a tiny model fleetrl
+wrote: logprobs at the sampling temperature equal the trainer's on the same tokens, a
+swap in the middle of a generation keeps the request and stamps each token with the
+version that sampled it, and the later tokens are exactly what the new weights give.
+
+One engine serves the whole module (vLLM takes tens of seconds to start), on one event
+loop, since vLLM's output handler belongs to the loop that first used it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from fleetrl.inference.vllm_engine import VllmEngine
+from fleetrl.model.checkpoint import init_model, save_pretrained
+from fleetrl.model.config import ModelConfig
+from fleetrl.model.qwen3 import Qwen3
+from fleetrl.model.tokenizer import bundled_tokenizer
+from fleetrl.types import InvalidRequest, SamplingParams
+
+pytest.importorskip("vllm", reason="the vllm extra is not installed")
+pytestmark = pytest.mark.slow
+
+TOKENIZER = bundled_tokenizer()
+# vLLM's CPU attention takes head_dim 32 and up (16 is refused).
+CONFIG = ModelConfig(
+    vocab_size=TOKENIZER.vocab_size,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+    head_dim=32,
+)
+PROMPT = TOKENIZER.encode("def add(a, b):\n    return")
+STOP = 7  # a token id the random model samples now and then
+
+
+@pytest.fixture(scope="module")
+def loop() -> Iterator[asyncio.AbstractEventLoop]:
+    loop = asyncio.new_event_loop()
+    yield loop
+    loop.close()
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("vllm-tiny")
+    save_pretrained(init_model(CONFIG, seed=0), path)
+    TOKENIZER.save(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def engine(loop, checkpoint) -> Iterator[VllmEngine]:
+    async def start() -> VllmEngine:
+        return VllmEngine(
+            checkpoint, max_batch_size=4, max_model_len=512, dtype="float32", threads=1
+        )
+
+    engine = loop.run_until_complete(start())
+    yield engine
+    loop.run_until_complete(engine.close())
+
+
+def logprobs_of(
+    model: Qwen3, prompt: list[int], tokens: list[int], temperature: float
+) -> list[float]:
+    """The trainer's view: each token's logprob under `model` given everything before it."""
+    ids = torch.tensor([prompt + tokens])
+    with torch.no_grad():
+        logits = model(ids)[0][0, len(prompt) - 1 : -1].float()
+    logp = torch.log_softmax(logits / temperature, dim=-1)
+    return logp[torch.arange(len(tokens)), torch.tensor(tokens)].tolist()
+
+
+def test_logprobs_are_the_trainers_at_the_sampling_temperature(loop, engine, checkpoint):
+    params = SamplingParams(temperature=0.7, max_tokens=24, seed=1)
+    completion = loop.run_until_complete(engine.generate(PROMPT, params))
+    assert completion.prompt_ids == PROMPT and len(completion.token_ids) == 24
+    assert completion.finish_reason == "length" and completion.versions == [0] * 24
+    model = init_model(CONFIG, seed=0)
+    expected = logprobs_of(model, PROMPT, completion.token_ids, 0.7)
+    assert completion.logprobs == pytest.approx(expected, abs=1e-4)
+    # the same seed, the same tokens
+    again = loop.run_until_complete(engine.generate(PROMPT, params))
+    assert again.token_ids == completion.token_ids
+
+
+def test_generation_stops_after_a_stop_token_and_counts_it(loop, engine):
+    params = SamplingParams(temperature=1.0, max_tokens=400, seed=3, stop_token_ids=[STOP])
+    completion = loop.run_until_complete(engine.generate(PROMPT, params))
+    if completion.finish_reason == "stop":
+        assert completion.token_ids[-1] == STOP and STOP not in completion.token_ids[:-1]
+    else:
+        assert STOP not in completion.token_ids
+    assert len(completion.logprobs) == len(completion.versions) == len(completion.token_ids)
+
+
+def test_bad_requests_are_refused_before_they_reach_vllm(loop, engine):
+    with pytest.raises(InvalidRequest, match="leaves no room"):
+        loop.run_until_complete(engine.generate([1] * 512, SamplingParams()))
+    with pytest.raises(InvalidRequest, match="must lie in"):
+        loop.run_until_complete(engine.generate([CONFIG.vocab_size], SamplingParams()))
+    with pytest.raises(InvalidRequest, match="unknown parameter"):
+        loop.run_until_complete(engine.update_weights({"nope": torch.zeros(1)}, 9))
+    with pytest.raises(InvalidRequest, match="shape"):
+        name = "model.norm.weight"
+        loop.run_until_complete(engine.update_weights({name: torch.zeros(3)}, 9))
+
+
+def test_a_swap_in_flight_keeps_the_request_and_stamps_each_token(loop, engine):
+    """A long generation; a new version (a subset of the tensors, as the follower sends)
+    lands in its middle. The request survives, its tokens carry 0 then 1, and each token
+    of version 1 has the new model's logprob given the whole sequence before it (vLLM
+    recomputes the request's cache under the new weights)."""
+    new = init_model(CONFIG, seed=5)
+    changed = {n: t for n, t in new.state_dict().items() if "mlp" in n or "embed" in n}
+    merged = init_model(CONFIG, seed=0)
+    merged.load_state_dict({**merged.state_dict(), **changed})
+    params = SamplingParams(temperature=1.0, max_tokens=400, seed=4)
+
+    async def scenario():
+        running = asyncio.create_task(engine.generate(PROMPT, params))
+        while engine.stats.running == 0:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.3)
+        pause = await engine.update_weights(changed, 1)
+        return await running, pause
+
+    completion, pause = loop.run_until_complete(scenario())
+    versions = completion.versions
+    assert 0 < versions.index(1) < len(versions) and pause > 0
+    assert versions == sorted(versions) and set(versions) == {0, 1}
+    assert engine.version == 1 and engine.stats.weight_updates == 1
+    switch = versions.index(1)
+    expected = logprobs_of(merged, PROMPT, completion.token_ids, 1.0)
+    assert completion.logprobs[switch:] == pytest.approx(expected[switch:], abs=1e-4)
+    old = logprobs_of(init_model(CONFIG, seed=0), PROMPT, completion.token_ids, 1.0)
+    assert completion.logprobs[: switch - 1] == pytest.approx(old[: switch - 1], abs=1e-4)
+    # the follower's view is the new version, tensor for tensor
+    held = engine.state_dict()
+    for name, tensor in changed.items():
+        assert torch.equal(held[name], tensor)
+    # a new request sees only the new weights
+    after = loop.run_until_complete(engine.generate(PROMPT, SamplingParams(max_tokens=8, seed=2)))
+    assert after.versions == [1] * 8
+    assert after.logprobs == pytest.approx(
+        logprobs_of(merged, PROMPT, after.token_ids, 1.0), abs=1e-4
+    )
