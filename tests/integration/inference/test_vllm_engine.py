@@ -15,12 +15,16 @@ from pathlib import Path
 import pytest
 import torch
 
+from fleetrl.config import HarnessSection, RolloutSection, TrainerSection
+from fleetrl.envs.tasks.suites import load_tasks
 from fleetrl.inference.vllm_engine import VllmEngine
 from fleetrl.model.checkpoint import init_model, save_pretrained
 from fleetrl.model.config import ModelConfig
 from fleetrl.model.qwen3 import Qwen3
 from fleetrl.model.tokenizer import bundled_tokenizer
-from fleetrl.types import InvalidRequest, SamplingParams
+from fleetrl.rollout.worker import Rollouts
+from fleetrl.trainer.step import samples_from_groups, train_step
+from fleetrl.types import Completion, InvalidRequest, SamplingParams, Trajectory
 
 pytest.importorskip("vllm", reason="the vllm extra is not installed")
 pytestmark = pytest.mark.slow
@@ -76,6 +80,22 @@ def logprobs_of(
         logits = model(ids)[0][0, len(prompt) - 1 : -1].float()
     logp = torch.log_softmax(logits / temperature, dim=-1)
     return logp[torch.arange(len(tokens)), torch.tensor(tokens)].tolist()
+
+
+class Spy:
+    """The engine, keeping every completion it returned; the rest passes through."""
+
+    def __init__(self, engine: VllmEngine) -> None:
+        self.engine = engine
+        self.completions: list[Completion] = []
+
+    def __getattr__(self, name: str):
+        return getattr(self.engine, name)
+
+    async def generate(self, prompt_ids, params=None) -> Completion:
+        completion = await self.engine.generate(prompt_ids, params)
+        self.completions.append(completion)
+        return completion
 
 
 def test_logprobs_are_the_trainers_at_the_sampling_temperature(loop, engine, checkpoint):
@@ -152,3 +172,52 @@ def test_a_swap_in_flight_keeps_the_request_and_stamps_each_token(loop, engine):
     assert after.logprobs == pytest.approx(
         logprobs_of(merged, PROMPT, after.token_ids, 1.0), abs=1e-4
     )
+
+
+@pytest.mark.parametrize("harness", ["fleetrl", "mini-swe-agent"])
+def test_episodes_on_vllm_are_token_exact_and_the_trainer_accepts_them(loop, engine, harness):
+    """A group of a micro task sampled by vLLM through either harness (the random model
+    fails it): each recorded segment holds exactly what vLLM sampled, every prompt it was
+    sent is a prefix of its segment, and a trainer step on the group (rewards set apart)
+    measures no mismatch beyond float32 noise: the logprobs are the trainer's."""
+    if harness == "mini-swe-agent":
+        pytest.importorskip("minisweagent", reason="the mswe extra is not installed")
+    task = load_tasks("micro", split="train")[0]
+    spy = Spy(engine)
+    rollout = RolloutSection(harness=harness, temperature=0.8)
+    budgets = HarnessSection(max_turns=2, max_reply_tokens=24, max_context=500)
+
+    async def group() -> list[Trajectory]:
+        rollouts = Rollouts(spy, TOKENIZER, budgets, rollout, episodes=2, gradings=1)
+        try:
+            return (await rollouts.run_group(task, 2, "g")).trajectories
+        finally:
+            await rollouts.close()
+
+    trajectories = loop.run_until_complete(group())
+    assert len(trajectories) == 2 and spy.completions
+    segments = [s for t in trajectories for s in t.segments]
+    sampled = {tuple(c.prompt_ids + c.token_ids): c for c in spy.completions}
+    for completion in spy.completions:
+        owner = [
+            s
+            for s in segments
+            if s.token_ids[: len(completion.prompt_ids)] == completion.prompt_ids
+        ]
+        assert owner, "every prompt vLLM was sent is a prefix of a recorded segment"
+    for segment in segments:
+        replies = [i for i, m in enumerate(segment.loss_mask) if m]
+        assert replies and all(segment.versions[i] == engine.version for i in replies)
+        assert segment.temperature == 0.8
+        # the segment's last reply is one completion, token for token, logprob for logprob
+        last = sampled[tuple(segment.token_ids[: replies[-1] + 1])]
+        assert segment.token_ids[-len(last.token_ids) :] == last.token_ids
+        assert segment.logprobs[-len(last.token_ids) :] == pytest.approx(last.logprobs)
+    trajectories[0].reward, trajectories[1].reward = 1.0, 0.0
+    samples, skipped = samples_from_groups([trajectories], "drgrpo")
+    assert not skipped
+    model = init_model(CONFIG, seed=0)
+    model.load_state_dict({**model.state_dict(), **engine.state_dict()})
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    stats = train_step(model, optimizer, samples, TrainerSection(bf16=False))
+    assert stats.mismatch_abs_logprob < 1e-4 and stats.grad_norm > 0
