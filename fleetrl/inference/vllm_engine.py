@@ -27,6 +27,7 @@ Not covered: tensor or pipeline parallelism (one worker), LoRA, vLLM's own HTTP 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import itertools
 import logging
 import os
@@ -51,12 +52,8 @@ _BLOCK = 16  # vLLM's KV cache block, in tokens
 
 
 def vllm_available() -> bool:
-    """Whether vLLM can be imported here (the `vllm` extra)."""
-    try:
-        import vllm  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    """Whether vLLM is installed here (the `vllm` extra)."""
+    return importlib.util.find_spec("vllm") is not None
 
 
 class VllmEngine:
@@ -77,6 +74,8 @@ class VllmEngine:
         """Start vLLM on `checkpoint` (a folder in Hugging Face layout, as fleetrl writes
         it), serving in `dtype` ("bfloat16" or "float32"); `threads` CPU cores for its
         worker (None: vLLM's choice). Takes tens of seconds: vLLM starts its processes."""
+        # vLLM logs every start-up step at INFO; its warnings and errors still show.
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
