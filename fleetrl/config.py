@@ -344,6 +344,10 @@ class SftSection(_Section):
     """Decoder layers of a fresh model."""
     init: str | None = None
     """Start from this checkpoint (and its tokenizer) instead of a fresh model."""
+    experts: int = Field(0, ge=0)
+    """0: keep the model's architecture. N >= 2: make it a mixture of N experts, top-2
+    (sparse upcycling, `fleetrl.model.checkpoint.upcycle`: each MLP copied into every
+    expert behind a fresh router), then fine-tune it: a small MoE model from a dense one."""
     copies: int = Field(16, ge=0)
     """Renamed copies per task demonstrated on top of the originals (fresh names)."""
     plans: list[str] = ["fix", "look_first", "reproduce"]

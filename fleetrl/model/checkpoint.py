@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -56,6 +57,39 @@ def init_model(config: ModelConfig, seed: int = 0, dtype: torch.dtype = torch.fl
             else:
                 param.normal_(0.0, config.initializer_range, generator=generator)
     return model.to(dtype)
+
+
+def upcycle(dense: Qwen3, experts: int, top_k: int = 2, seed: int = 0) -> Qwen3:
+    """A mixture-of-experts copy of `dense` (sparse upcycling): each layer's MLP becomes
+    `experts` copies of itself behind a fresh router (normal(0, initializer_range),
+    seeded), every other weight is kept. With the top-k gate weights renormalised, the
+    copy computes what `dense` does; training makes the experts diverge, since each sees
+    the tokens its router sends it. A cheap start for a small MoE model from a dense one."""
+    if dense.config.is_moe:
+        raise ValueError("the model is already a mixture of experts")
+    config = replace(
+        dense.config,
+        num_experts=experts,
+        num_experts_per_tok=top_k,
+        moe_intermediate_size=dense.config.intermediate_size,
+        norm_topk_prob=True,
+    )
+    config.validate()
+    moe = Qwen3(config).to(next(dense.parameters()).dtype)
+    weights = dense.state_dict()
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in moe.state_dict().items():
+            if ".mlp.gate.weight" in name:  # the router
+                param.copy_(
+                    torch.randn(param.shape, generator=generator) * config.initializer_range
+                )
+            elif ".mlp.experts." in name:  # model.layers.L.mlp.experts.E.up_proj.weight
+                layer, _, rest = name.partition(".mlp.experts.")
+                param.copy_(weights[f"{layer}.mlp.{rest.split('.', 1)[1]}"])
+            else:
+                param.copy_(weights[name])
+    return moe
 
 
 def read_config(path: str | Path) -> ModelConfig:

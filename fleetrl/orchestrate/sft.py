@@ -32,6 +32,7 @@ from fleetrl.model.checkpoint import (
     init_model,
     load_pretrained,
     resolve_checkpoint,
+    upcycle,
 )
 from fleetrl.model.qwen3 import Qwen3
 from fleetrl.model.tokenizer import Tokenizer, bundled_tokenizer
@@ -69,6 +70,12 @@ def _model(config: RunConfig) -> tuple[Qwen3, Tokenizer]:
         raise SftError(
             f"sft.init {sft.init}: the model's vocabulary is smaller than its tokenizer's"
         )
+    if sft.experts:
+        if sft.experts < 2:
+            raise SftError(f"sft.experts = {sft.experts}: a top-2 mixture needs 2 or more")
+        if model.config.is_moe:
+            raise SftError(f"sft.experts: sft.init {sft.init} is already a mixture of experts")
+        model = upcycle(model, sft.experts, top_k=2, seed=sft.seed)
     return model, tokenizer
 
 

@@ -11,6 +11,7 @@ from fleetrl.model.checkpoint import (
     init_model,
     load_pretrained,
     save_pretrained,
+    upcycle,
     weights_digest,
 )
 from fleetrl.model.config import ModelConfig
@@ -167,3 +168,27 @@ def test_decode_attention_equals_the_fused_kernel():
         q, k, v, attn_mask=mask, enable_gqa=True
     )
     assert torch.allclose(decode_attention(q, k, v, mask), fused, atol=1e-6)
+
+
+def test_an_upcycled_model_computes_what_its_dense_source_does_then_trains_apart():
+    dense = init_model(tiny_config(moe=False), seed=1)
+    moe = upcycle(dense, experts=4, seed=0)
+    assert moe.config.num_experts == 4 and moe.config.num_experts_per_tok == 2
+    ids = torch.randint(0, 300, (2, 17), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        out = moe(ids, return_routed_experts=True)
+        assert (out.logits - dense(ids).logits).abs().max().item() < 1e-5
+    assert out.routed_experts.unique().numel() > 1  # the fresh router spreads the tokens
+    weights = moe.state_dict()
+    for e in range(4):
+        assert torch.equal(
+            weights[f"model.layers.0.mlp.experts.{e}.up_proj.weight"],
+            dense.state_dict()["model.layers.0.mlp.up_proj.weight"],
+        )
+    # one step on a batch: the experts that saw different tokens are no longer copies
+    moe(ids).logits.pow(2).mean().backward()
+    grads = [moe.model.layers[0].mlp.experts[e].up_proj.weight.grad for e in range(4)]
+    seen = [g for g in grads if g is not None and g.abs().sum() > 0]
+    assert len(seen) >= 2 and not torch.allclose(seen[0], seen[1])
+    with pytest.raises(ValueError, match="already a mixture"):
+        upcycle(moe, experts=4)
