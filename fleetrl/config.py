@@ -222,6 +222,11 @@ class TrainerSection(_Section):
     """C of TIS / MIS."""
     kl_coef: float = Field(0.0, ge=0)
     """β of a k3 KL penalty to the starting model (0: none, no reference model kept)."""
+    router_replay: bool = True
+    """MoE: recompute logprobs with the experts the engine routed each token to (rollout
+    routing replay). Off, the trainer routes by itself, and wherever its router picks
+    other experts than the engine's the token's logprob drifts (`fleetrl bench mismatch`
+    measures both). Segments an engine returned without routes are never replayed."""
     aggregation: Literal["seq_sum_norm", "token_mean"] = "seq_sum_norm"
     """How token losses become the batch loss: each sample's sum over `norm_tokens`
     (Dr. GRPO, no length bias) or the mean over all tokens of the batch."""

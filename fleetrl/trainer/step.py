@@ -85,8 +85,9 @@ def samples_from_groups(
     return samples, skipped
 
 
-def collate(samples: list[TrainSample], pad_id: int = 0) -> SequenceBatch:
-    """Right-pad the segments into one batch (pad positions carry mask 0)."""
+def collate(samples: list[TrainSample], pad_id: int = 0, replay: bool = True) -> SequenceBatch:
+    """Right-pad the segments into one batch (pad positions carry mask 0); with `replay`,
+    the engine's MoE routing of every input (an MoE batch then needs it on every segment)."""
     width = max(len(s.segment.token_ids) for s in samples) - 1
     B = len(samples)
     inputs = torch.full((B, width), pad_id, dtype=torch.long)
@@ -95,7 +96,7 @@ def collate(samples: list[TrainSample], pad_id: int = 0) -> SequenceBatch:
     behaviour = torch.zeros(B, width)
     routed = None
     first = samples[0].segment.routed_experts
-    if first is not None:
+    if first is not None and replay:
         layers, k = len(first[0]), len(first[0][0])
         routed = torch.zeros(B, width, layers, k, dtype=torch.long)
     for b, sample in enumerate(samples):
@@ -189,7 +190,7 @@ def _prepare(
     update: π_prox when `proximal` (every minibatch after the first), π_ref with a KL term."""
     prepared = []
     for first in range(0, len(part), config.micro_batch_size):
-        batch = collate(part[first : first + config.micro_batch_size])
+        batch = collate(part[first : first + config.micro_batch_size], 0, config.router_replay)
         with torch.no_grad():
             prox = token_logprobs(model, batch, bf16)[0] if proximal else None
             ref = None

@@ -419,3 +419,17 @@ def test_minibatches_span_the_batch_and_never_come_out_empty():
     assert len(minibatches(samples, 9)) == 5 and minibatches(samples, 1) == [
         sorted(samples, key=lambda s: len(s.segment.token_ids))
     ]
+
+
+def test_router_replay_can_be_turned_off():
+    model = tiny_model(moe=True)
+    segment = engine_segment(model, [1, 2, 3], [4, 5], temperature=1.0)
+    assert segment.routed_experts is not None
+    replayed = collate([TrainSample(segment, 1.0)])
+    own = collate([TrainSample(segment, 1.0)], replay=False)
+    assert replayed.routed_experts is not None and own.routed_experts is None
+    # the trainer's own routing at the engine's weights is the engine's: the same logprobs
+    with torch.no_grad():
+        a, _ = token_logprobs(model, replayed)
+        b, _ = token_logprobs(model, own)
+    assert ((a - b) * replayed.mask).abs().max() < 1e-6
