@@ -5,7 +5,7 @@ and exit code 2, never a traceback.
 
 The commands live in one module per group: `model` (model init, serve), `train` (train,
 sft), `evaluate` (eval, verify), `runs` (run create, trainer, region, status, report) and
-`bench` (bench …); `common` holds what they share. Below is the whole command set.
+`bench` and `numerics` (bench …); `common` holds what they share. Below is the whole command set.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import os
 
 import typer
 
-from fleetrl.cli import bench, evaluate, model, runs, train
+from fleetrl.cli import bench, evaluate, model, numerics, runs, train
 from fleetrl.cli.tasks import tasks_app
 
 app = typer.Typer(
@@ -25,6 +25,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(model.model_app, name="model")
+bench.bench_app.command("mismatch")(numerics.bench_mismatch_command)
 app.add_typer(bench.bench_app, name="bench")
 app.add_typer(tasks_app, name="tasks")
 app.add_typer(runs.run_app, name="run")
