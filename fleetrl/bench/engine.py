@@ -10,9 +10,14 @@ process, one after the other, with the same thread count:
 - transformers: the requests in arrival order, in static batches of `batch_size`,
   left-padded; each batch runs until its longest request is done.
 
-Each side first runs a short warm-up (first calls into torch are slow), then the two
+With `vllm`, a third side: vLLM (`fleetrl.inference.vllm_engine`, the rollout engine
+`rollout.engine = "vllm"` starts) on the same checkpoint, in float32 like the others,
+the same requests submitted at once, and the same swap halfway.
+
+Each side first runs a short warm-up (first calls into torch are slow), then the sides
 alternate for `rounds` rounds; the figures are medians over the rounds, which keeps the
-ratio honest on a noisy shared machine.
+ratios honest on a noisy shared machine. Latency is each request's time from the
+workload's start to its completion (all requests are submitted at once).
 
 "Useful" tokens are those the requests asked for; tokens a static batch generates past a
 request's own max_tokens count as time spent but not as output.
@@ -30,6 +35,7 @@ from dataclasses import asdict, dataclass
 import torch
 from rich.progress import Progress
 
+from fleetrl.inference.backends import RolloutEngine
 from fleetrl.inference.engine import Engine
 from fleetrl.model.checkpoint import init_model, save_pretrained
 from fleetrl.model.config import ModelConfig
@@ -54,6 +60,7 @@ class EngineBenchConfig:
     vocab_size: int = 1024
     hidden_size: int = 256
     num_hidden_layers: int = 4
+    vllm: bool = False  # also time vLLM (the vllm extra)
 
 
 @dataclass
@@ -81,51 +88,79 @@ class EngineRun:
     seconds: float  # wall time for the whole workload
     completions: list[Completion]
     swap_pause_s: float  # decoding pause of the weight swap made halfway through
-    steps: int  # engine steps (decode steps; prefills ride along in them)
+    steps: int  # engine steps (decode steps; prefills ride along in them); 0: unknown
+    latencies: list[float]  # s from the workload's start to each request's completion
 
 
-def run_engine(
-    model: Qwen3, work: Workload, config: EngineBenchConfig, progress: Progress | None
+async def timed_workload(
+    engine: RolloutEngine,
+    work: Workload,
+    new_weights: dict[str, torch.Tensor],
+    progress: Progress | None,
+    label: str,
 ) -> EngineRun:
-    """Run the workload on an Engine; halfway through, swap in (identical) weights in flight.
+    """All of `work` submitted at once to `engine`; halfway through (in generated
+    tokens), `new_weights` swapped in flight, as RL serving sees new versions arrive."""
+    task = progress.add_task(label, total=len(work.prompts)) if progress else None
+    start = time.perf_counter()
+    latencies: list[float] = []
+    generated = 0
 
-    The swap makes the run look like RL serving, where new versions arrive mid-generation,
-    and measures the decoding pause it costs.
-    """
-    task = progress.add_task("engine", total=len(work.prompts)) if progress else None
-    new_weights = {name: t.clone() for name, t in model.state_dict().items()}
-
-    async def one(engine: Engine, prompt: list[int], n: int, seed: int) -> Completion:
+    async def one(prompt: list[int], n: int, seed: int) -> Completion:
+        nonlocal generated
         params = SamplingParams(temperature=1.0, max_tokens=n, seed=seed)
         completion = await engine.generate(prompt, params)
         assert len(completion.token_ids) == n
+        latencies.append(time.perf_counter() - start)
+        generated += n
         if progress is not None and task is not None:
             progress.advance(task)
         return completion
 
-    async def swap_halfway(engine: Engine) -> float:
-        while engine.stats.generated_tokens < sum(work.max_tokens) // 2:
+    async def swap_halfway() -> float:
+        # the built-in engine counts tokens as it samples; vLLM's are counted per request
+        while max(engine.stats.generated_tokens, generated) < sum(work.max_tokens) // 2:
             await asyncio.sleep(0.001)
-        return await engine.update_weights(new_weights, version=1)
+        return await engine.update_weights(new_weights, version=engine.version + 1)
 
-    async def main() -> EngineRun:
-        engine = Engine(
-            model,
-            max_batch_size=config.batch_size,
-            max_model_len=config.max_prompt + config.max_tokens + 1,
-        )
-        start = time.perf_counter()
-        swap = asyncio.create_task(swap_halfway(engine))
-        pairs = zip(work.prompts, work.max_tokens, strict=True)
-        completions = await asyncio.gather(
-            *(one(engine, p, n, i) for i, (p, n) in enumerate(pairs))
-        )
-        elapsed = time.perf_counter() - start
-        pause = await swap
+    swap = asyncio.create_task(swap_halfway())
+    pairs = zip(work.prompts, work.max_tokens, strict=True)
+    completions = await asyncio.gather(*(one(p, n, i) for i, (p, n) in enumerate(pairs)))
+    elapsed = time.perf_counter() - start
+    pause = await swap
+    return EngineRun(elapsed, completions, pause, engine.stats.decode_steps, latencies)
+
+
+async def builtin_round(
+    model: Qwen3, work: Workload, config: EngineBenchConfig, progress: Progress | None
+) -> EngineRun:
+    """The workload on a fresh built-in Engine (`timed_workload`), swapping in (identical)
+    weights halfway."""
+    new_weights = {name: t.clone() for name, t in model.state_dict().items()}
+    engine = Engine(
+        model,
+        max_batch_size=config.batch_size,
+        max_model_len=config.max_prompt + config.max_tokens + 1,
+    )
+    try:
+        return await timed_workload(engine, work, new_weights, progress, "engine")
+    finally:
         await engine.close()
-        return EngineRun(elapsed, completions, pause, engine.stats.decode_steps)
 
-    return asyncio.run(main())
+
+def start_vllm(checkpoint: str, config: EngineBenchConfig) -> RolloutEngine:
+    """vLLM on `checkpoint`, sized like the built-in engine, in float32, bound to
+    `config.threads` cores (it takes tens of seconds to start)."""
+    from fleetrl.inference.vllm_engine import VllmEngine
+
+    return VllmEngine(
+        checkpoint,
+        max_batch_size=config.batch_size,
+        max_model_len=config.max_prompt + config.max_tokens + 1,
+        dtype="float32",
+        seed=config.seed,
+        threads=config.threads,
+    )
 
 
 def logprob_mismatch(model: Qwen3, completions: list[Completion]) -> tuple[float, float]:
@@ -208,8 +243,6 @@ def run_engine_bench(
     work = make_workload(config)
     warmup = Workload(work.prompts[:4], [8] * min(4, len(work.prompts)))
     useful = sum(work.max_tokens)
-    engine_runs: list[EngineRun] = []
-    hf_runs: list[float] = []
     with (
         tempfile.TemporaryDirectory() as checkpoint,
         Progress(disable=not progress, transient=True) as bar,
@@ -217,11 +250,31 @@ def run_engine_bench(
         save_pretrained(model, checkpoint)
         hf_model = load_transformers(checkpoint)
         parity = logits_parity(model, hf_model, work.prompts[:4])
-        run_engine(model, warmup, config, None)
-        run_transformers(hf_model, warmup, config, None)
-        for _ in range(config.rounds):
-            engine_runs.append(run_engine(model, work, config, bar if progress else None))
-            hf_runs.append(run_transformers(hf_model, work, config, bar if progress else None))
+        shown = bar if progress else None
+
+        async def rounds() -> tuple[list[EngineRun], list[float], list[EngineRun]]:
+            # one event loop for all sides: vLLM's engine belongs to the loop it started in
+            vllm = start_vllm(checkpoint, config) if config.vllm else None
+            engine_runs: list[EngineRun] = []
+            hf_runs: list[float] = []
+            vllm_runs: list[EngineRun] = []
+            try:
+                await builtin_round(model, warmup, config, None)
+                run_transformers(hf_model, warmup, config, None)
+                if vllm is not None:
+                    same = dict(vllm.state_dict())
+                    await timed_workload(vllm, warmup, same, None, "vllm")
+                for _ in range(config.rounds):
+                    engine_runs.append(await builtin_round(model, work, config, shown))
+                    hf_runs.append(run_transformers(hf_model, work, config, shown))
+                    if vllm is not None:
+                        vllm_runs.append(await timed_workload(vllm, work, same, shown, "vllm"))
+            finally:
+                if vllm is not None:
+                    await vllm.close()
+            return engine_runs, hf_runs, vllm_runs
+
+        engine_runs, hf_runs, vllm_runs = asyncio.run(rounds())
     engine_s = statistics.median(run.seconds for run in engine_runs)
     hf_s = statistics.median(hf_runs)
     mean_diff, max_diff = logprob_mismatch(model, engine_runs[-1].completions[:16])
@@ -239,4 +292,31 @@ def run_engine_bench(
         "logprob_mean_abs_diff": mean_diff,
         "logprob_max_abs_diff": max_diff,
         "logits_max_abs_diff_vs_transformers": parity,
+        **_latencies("engine", engine_runs),
+        **(_vllm_figures(vllm_runs, engine_s, useful) if vllm_runs else {}),
+    }
+
+
+def _percentile(values: list[float], q: float) -> float:
+    """The q-quantile of `values` (nearest rank)."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def _latencies(side: str, runs: list[EngineRun]) -> dict[str, float]:
+    """Median over rounds of each round's p50 and p99 request latency, in ms."""
+    p50 = statistics.median(_percentile(r.latencies, 0.5) for r in runs)
+    p99 = statistics.median(_percentile(r.latencies, 0.99) for r in runs)
+    return {f"{side}_latency_p50_ms": 1000 * p50, f"{side}_latency_p99_ms": 1000 * p99}
+
+
+def _vllm_figures(runs: list[EngineRun], engine_s: float, useful: int) -> dict[str, float]:
+    """vLLM's side: tokens/s, the ratio to the built-in engine, latencies, swap pause."""
+    vllm_s = statistics.median(run.seconds for run in runs)
+    return {
+        "vllm_s": vllm_s,
+        "vllm_tokens_per_s": useful / vllm_s,
+        "vllm_vs_engine": engine_s / vllm_s,
+        "vllm_weight_swap_pause_ms": 1000 * statistics.median(r.swap_pause_s for r in runs),
+        **_latencies("vllm", runs),
     }

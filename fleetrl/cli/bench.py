@@ -27,14 +27,25 @@ def bench_engine(
     threads: Annotated[int, typer.Option(help="torch CPU threads.")] = 2,
     rounds: Annotated[int, typer.Option(help="Alternating timed runs; medians reported.")] = 3,
     seed: Annotated[int, typer.Option(help="Workload seed.")] = 0,
+    vllm: Annotated[
+        bool,
+        typer.Option(
+            "--vllm", help="Also time vLLM (the vllm extra) on the same weights and workload."
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
 ) -> None:
-    """Useful tokens/s of the engine vs transformers `generate`, same weights, one run."""
+    """Useful tokens/s of the engine vs transformers `generate` (and vLLM with --vllm):
+    same weights, the rounds alternating in one run; latencies and the weight-swap pause."""
     if not 1 <= min_tokens <= max_tokens:
         raise fail("need 1 <= --min-tokens <= --max-tokens")
     if min(requests, batch_size, threads, rounds) < 1:
         raise fail("--requests, --batch-size, --threads and --rounds must be >= 1")
     from fleetrl.bench.engine import EngineBenchConfig, run_engine_bench
+    from fleetrl.inference.vllm_engine import vllm_available
+
+    if vllm and not vllm_available():
+        raise fail("--vllm needs vLLM: pip install 'fleetrl[vllm]' (docs/engines.md)")
 
     config = EngineBenchConfig(
         requests=requests,
@@ -44,6 +55,7 @@ def bench_engine(
         threads=threads,
         rounds=rounds,
         seed=seed,
+        vllm=vllm,
     )
     result = run_engine_bench(config, progress=not as_json)
     print_figures(result, f"engine benchmark ({requests} requests, {threads} threads)", as_json)

@@ -9,6 +9,7 @@ loop, since vLLM's output handler belongs to the loop that first used it."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -221,3 +222,18 @@ def test_episodes_on_vllm_are_token_exact_and_the_trainer_accepts_them(loop, eng
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     stats = train_step(model, optimizer, samples, TrainerSection(bf16=False))
     assert stats.mismatch_abs_logprob < 1e-4 and stats.grad_norm > 0
+
+
+def test_bench_engine_times_vllm_beside_the_built_in_engine():
+    from typer.testing import CliRunner
+
+    from fleetrl.cli import app
+
+    args = ["bench", "engine", "--vllm", "--json", "--requests", "4", "--min-tokens", "4",
+            "--max-tokens", "12", "--rounds", "1", "--threads", "1"]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    figures = json.loads(result.output[result.output.index("{") :])
+    assert figures["vllm_tokens_per_s"] > 0 and figures["vllm_vs_engine"] > 0
+    assert figures["vllm_latency_p99_ms"] >= figures["vllm_latency_p50_ms"] > 0
+    assert figures["vllm_weight_swap_pause_ms"] > 0

@@ -25,6 +25,8 @@ def test_bench_engine_smoke_json():
     figures = json.loads(result.output)
     assert figures["useful_tokens"] >= 6
     assert figures["speedup_vs_transformers"] > 0
+    assert figures["engine_latency_p99_ms"] >= figures["engine_latency_p50_ms"] > 0
+    assert "vllm_s" not in figures  # only with --vllm
     bad = runner.invoke(app, ["bench", "engine", "--min-tokens", "9", "--max-tokens", "3"])
     assert bad.exit_code == 2
 
