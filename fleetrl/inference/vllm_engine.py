@@ -94,7 +94,7 @@ class VllmEngine:
         }
         if self.config.tie_word_embeddings:
             self._weights.pop("lm_head.weight", None)
-        self._moe = self.config.num_experts > 0
+        self._moe = self.config.is_moe
         on_gpu = torch.cuda.is_available()
         if threads is not None and not on_gpu:
             cores = sorted(os.sched_getaffinity(0))[:threads]

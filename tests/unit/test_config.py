@@ -1,5 +1,6 @@
 """The run configuration: defaults that run, and errors that name the key."""
 
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -163,3 +164,20 @@ def test_an_empty_skip_solved_turns_the_filter_off():
     assert load_config(demo).tasks.skip_solved is not None
     off = load_config(demo, parse_overrides(["tasks.skip_solved="]))
     assert off.tasks.skip_solved is None
+
+
+@pytest.mark.parametrize(
+    ("knob", "value", "module", "extra"),
+    [("engine", "vllm", "vllm", "vllm"), ("harness", "mini-swe-agent", "minisweagent", "mswe")],
+)
+def test_an_engine_or_harness_without_its_package_is_refused_naming_the_extra(
+    knob, value, module, extra, monkeypatch
+):
+    config = load_config(overrides={"rollout": {knob: value}})
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == module else real(name, *a)
+    )
+    with pytest.raises(ConfigError, match=rf"rollout\.{knob} = {value}.*'fleetrl\[{extra}\]'"):
+        check_trainable(config)
+    check_trainable(load_config())  # the defaults need no extra
