@@ -227,21 +227,29 @@ def status_command(
 
 def report(
     run_dir: Annotated[Path, typer.Argument(help="A run directory (runs/NAME).")],
+    compare: Annotated[
+        Path | None,
+        typer.Option(
+            help="Another run directory: its reward and mismatch curves beside this run's, "
+            "in one plot on top of the report."
+        ),
+    ] = None,
 ) -> None:
     """Write RUN_DIR/report.html: plots of reward, staleness, sync, mismatch, throughput.
 
     Each region's own metrics come from the run's store, wherever the regions ran."""
-    if not run_dir.is_dir():
-        raise fail(f"{run_dir} is not a directory")
-    if not (run_dir / "metrics.jsonl").exists() and not (run_dir / "config.toml").exists():
-        raise fail(f"{run_dir} is not a run directory (no metrics.jsonl, no config.toml)")
+    for folder in (run_dir, *([compare] if compare is not None else [])):
+        if not folder.is_dir():
+            raise fail(f"{folder} is not a directory")
+        if not (folder / "metrics.jsonl").exists() and not (folder / "config.toml").exists():
+            raise fail(f"{folder} is not a run directory (no metrics.jsonl, no config.toml)")
     from fleetrl.observe import write_report
     from fleetrl.store.region_metrics import read_report_metrics
 
     url = run_store_url(run_dir)
     regions = read_report_metrics(url) if url is not None else {}
     try:
-        typer.echo(f"wrote {write_report(run_dir, regions)}")
+        typer.echo(f"wrote {write_report(run_dir, regions, compare)}")
     except ValueError as err:  # a metrics.jsonl line corrupted before its end
         raise fail(str(err)) from None
 

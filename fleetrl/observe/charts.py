@@ -62,6 +62,29 @@ def figure_png(panels: tuple[Panel, ...], records: Records) -> str:
     return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
+def comparison_png(runs: dict[str, Records], panels: tuple[Panel, ...]) -> str:
+    """Each panel's first series drawn once per run (labelled with the run's name), so
+    two runs' curves share one axis; the PNG as base64 text."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(5.5 * len(panels), 3.1), dpi=100, layout="constrained")
+    for ax, panel in zip(fig.subplots(1, len(panels), squeeze=False)[0], panels, strict=True):
+        ax.set_title(panel.title, fontsize=11)
+        for index, (name, records) in enumerate(runs.items()):
+            steps, values = numeric(records, panel.series[0])
+            if steps:
+                ax.plot(
+                    steps, _smooth(values), marker="o", markersize=3, color=f"C{index}", label=name
+                )
+        ax.set_xlabel(RECORDS[panel.series[0].split(".", 1)[0]].step_axis)
+        ax.set_ylabel(panel.ylabel)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
 def _draw_panel(ax: Any, panel: Panel, records: Records) -> bool:
     """Draw one panel's series on `ax`; False if none of them was logged."""
     if panel.style == "stack":

@@ -44,7 +44,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from fleetrl.observe.charts import SMOOTH_ABOVE, figure_png, human_bytes
+from fleetrl.observe.charts import SMOOTH_ABOVE, comparison_png, figure_png, human_bytes
 from fleetrl.observe.metrics import read_metrics
 from fleetrl.observe.panels import Panel, Records, is_number, numeric, series
 from fleetrl.observe.records import EvalRecord, SyncRecord, TrainRecord
@@ -151,10 +151,15 @@ SECTIONS = (
 )
 
 
-def write_report(run_dir: Path, regions: dict[str, list[dict[str, Any]]] | None = None) -> Path:
+def write_report(
+    run_dir: Path,
+    regions: dict[str, list[dict[str, Any]]] | None = None,
+    compare: Path | None = None,
+) -> Path:
     """Write `run_dir/report.html` from the run's metrics, config and evals, and the
     regions' own records if given (region -> records of kinds "applied", "relayed",
-    "group"); return its path."""
+    "group"); with `compare` (another run directory), a first section puts the two runs'
+    reward and mismatch curves side by side. Returns its path."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise FileNotFoundError(f"run directory {run_dir} does not exist")
@@ -177,6 +182,10 @@ def write_report(run_dir: Path, regions: dict[str, list[dict[str, Any]]] | None 
         + " · <a href='#regions'>Regions</a> · <a href='#evals'>Evaluations</a>"
         " · <a href='#config'>Configuration</a> · <a href='#logged'>Metrics logged</a></nav>",
     ]
+    if compare is not None:
+        other = compare / "metrics.jsonl"
+        theirs = _by_kind(read_metrics(other)) if other.exists() else {}
+        body.append(_comparison_html({run_dir.name: records, compare.name: theirs}))
     body += [_section_html(section, records) for section in SECTIONS]
     body.append(_regions_html(regions or {}))
     body.append(_evals_html(evals, eval_error))
@@ -301,6 +310,25 @@ def _section_html(section: Section, records: Records) -> str:
     image = f"<img alt='{_esc(section.title)}' src='data:image/png;base64,{png}'>"
     caption = f"<figcaption>{_esc(section.caption)}</figcaption>"
     return f"{head}<figure>{image}{caption}</figure></section>"
+
+
+COMPARED = (
+    Panel("reward", (_train("reward"),), "mean reward"),
+    Panel("mismatch, k3 KL(engine ‖ trainer)", (_train("mismatch_kl_k3"),), "nats/token"),
+)
+
+
+def _comparison_html(runs: dict[str, Records]) -> str:
+    """Two runs' reward and mismatch per step on shared axes (`fleetrl report --compare`)."""
+    names = " and ".join(_esc(name) for name in runs)
+    png = comparison_png(runs, COMPARED)
+    return (
+        f"<section id='compare'><h2>Compared: {names}</h2><figure>"
+        f"<img alt='compared runs' src='data:image/png;base64,{png}'><figcaption>Mean "
+        "reward of the samples trained on, and the train/inference mismatch the trainer "
+        "measured, per step, for both runs (a moving average where long).</figcaption>"
+        "</figure></section>"
+    )
 
 
 # ---- other sections and formatting ---------------------------------------------------------

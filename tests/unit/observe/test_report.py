@@ -157,3 +157,13 @@ def test_resumed_steps_supersede_replayed_ones(tmp_path):
 def test_missing_run_dir_raises(tmp_path):
     with pytest.raises(FileNotFoundError):
         write_report(tmp_path / "nope")
+
+
+def test_a_second_run_is_compared_on_shared_axes(tmp_path):
+    make_run(tmp_path / "replay", steps=20, seed=0)
+    make_run(tmp_path / "no-replay", steps=20, seed=1)
+    page = write_report(tmp_path / "replay", compare=tmp_path / "no-replay").read_text()
+    assert "<h2>Compared: replay and no-replay</h2>" in page
+    assert page.index("id='compare'") < page.index("id='reward'")
+    assert images(page) == len(SECTIONS) + 1
+    assert_self_contained(page)
