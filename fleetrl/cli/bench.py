@@ -35,8 +35,10 @@ def bench_engine(
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
 ) -> None:
-    """Useful tokens/s of the engine vs transformers `generate` (and vLLM with --vllm):
-    same weights, the rounds alternating in one run; latencies and the weight-swap pause."""
+    """Useful tokens/s of the engine vs transformers `generate` (and vLLM with --vllm).
+
+    Same weights and workload, the rounds alternating in one run; per side request
+    latencies (p50/p99) and the pause of a weight swap made halfway."""
     if not 1 <= min_tokens <= max_tokens:
         raise fail("need 1 <= --min-tokens <= --max-tokens")
     if min(requests, batch_size, threads, rounds) < 1:
