@@ -25,6 +25,7 @@ import tokenize
 from collections import Counter
 from collections.abc import Iterator
 
+from fleetrl.envs import pyast
 from fleetrl.envs.anticheat.equality import comparison_cheats
 from fleetrl.envs.anticheat.hardcoding import TestFacts, hardcodes
 from fleetrl.envs.anticheat.names import (
@@ -70,7 +71,7 @@ def _findings(raw: bytes, facts: TestFacts, depth: int = 0) -> Counter[tuple[str
         return found
     try:
         encoding = tokenize.detect_encoding(io.BytesIO(raw).readline)[0]
-        tree = ast.parse(raw)
+        tree = pyast.parse(raw)
         if codecs.lookup(encoding).name not in _PLAIN_ENCODINGS:
             found["suspicious_encoding", encoding] += 1
         found.update(_scan(tree, facts, depth))
@@ -259,7 +260,7 @@ def _data_tables(raw: bytes | None, facts: TestFacts) -> int:
     if raw is None or len(raw) > MAX_SOURCE_BYTES or raw.lstrip()[:1] not in (b"{", b"["):
         return 0
     try:
-        tree = ast.parse(repr(json.loads(raw)), mode="eval")
+        tree = pyast.parse(repr(json.loads(raw)), mode="eval")
     except (ValueError, SyntaxError, RecursionError, MemoryError):
         return 0  # not JSON, or nested too deep to be a table of answers
     return sum(isinstance(n, _BRANCHES_AND_TABLES) and hardcodes(n, facts) for n in ast.walk(tree))

@@ -24,6 +24,8 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from fleetrl.envs import pyast
+
 _ARITHMETIC: dict[type, Callable[[Any, Any], Any]] = {
     ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
     ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
@@ -163,7 +165,7 @@ def _parametrized(call: ast.Call) -> list[tuple[list[Any], list[Any]]]:
 
 def _parse(source: str) -> ast.AST | None:
     try:
-        return ast.parse(source)
+        return pyast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
 

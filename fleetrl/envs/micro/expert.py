@@ -51,6 +51,7 @@ import string
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from fleetrl.envs import pyast
 from fleetrl.envs.micro.gold import GoldChange, gold_change
 from fleetrl.envs.micro.statement import parse_statement
 from fleetrl.envs.tasks.guide import edit_windows, scripted_completion
@@ -196,7 +197,7 @@ def _spliced(lines: list[str], change: GoldChange, new: tuple[str, ...]) -> list
 def _parses(lines: list[str]) -> bool:
     """Whether a file of these lines parses as Python."""
     try:
-        ast.parse("\n".join(lines))
+        pyast.parse("\n".join(lines))
     except SyntaxError:
         return False
     return True

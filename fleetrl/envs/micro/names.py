@@ -26,6 +26,7 @@ import tokenize
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from fleetrl.envs import pyast
 from fleetrl.envs.anticheat.episode import NETWORK_PROGRAMS
 from fleetrl.envs.micro.gold import gold_change
 from fleetrl.envs.micro.statement import rename_function
@@ -49,7 +50,7 @@ def bound_names(source: str) -> tuple[set[str], set[str]]:
     """(functions, other names) a module binds: defs, parameters, assignment targets."""
     functions: set[str] = set()
     others: set[str] = set()
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(pyast.parse(source)):
         if isinstance(node, ast.FunctionDef):
             functions.add(node.name)
         elif isinstance(node, ast.arg):

@@ -28,6 +28,8 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from fleetrl.envs import pyast
+
 KINDS = (
     "operator_swap",
     "comparison_flip",
@@ -118,7 +120,7 @@ def find_mutations(path: str, source: str, kinds: Iterable[str] = KINDS) -> list
     if unknown:
         raise ValueError(f"unknown mutation kinds {sorted(unknown)}; known: {', '.join(KINDS)}")
     finder = _Finder(path, source, wanted)
-    tree = ast.parse(source)
+    tree = pyast.parse(source)
     finder.visit(tree)
     statements = _statement_spans(source, tree)
     found, seen = [], {source}
@@ -156,7 +158,7 @@ def _parses(source: str, mutation: Mutation, statements: list[tuple[int, int]]) 
     for start, end, new in sorted(mutation.edits, reverse=True):
         text = text[: start - first] + new.encode() + text[end - first :]
     try:
-        ast.parse(text.decode())
+        pyast.parse(text.decode())
     except SyntaxError:
         return False
     return True

@@ -34,6 +34,8 @@ import string
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from fleetrl.envs import pyast
+
 NO_MATCH = "(?!)"  # a regular expression that matches no message
 # unittest checks and the one that fails wherever they pass.
 _NEGATED_METHODS = {
@@ -434,7 +436,7 @@ def stays_in_body(func: ast.FunctionDef) -> bool:
 def _single_op(text: str) -> type | None:
     """The operator of a one-operator comparison written as `text`."""
     try:
-        node = ast.parse(text, mode="eval").body
+        node = pyast.parse(text, mode="eval").body
     except SyntaxError:
         return None
     return type(node.ops[0]) if isinstance(node, ast.Compare) and len(node.ops) == 1 else None

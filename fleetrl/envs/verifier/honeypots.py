@@ -60,6 +60,7 @@ import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from fleetrl.envs import pyast
 from fleetrl.envs.sandbox import Sandbox
 from fleetrl.envs.verifier.honeypot_checks import (
     LITERAL,
@@ -321,7 +322,7 @@ def _plant_module(
     """The module with the honeypots of `chosen` (source, how many) planted, the renamed
     graded tests and the honeypots' node ids (each with the graded test it copies); None
     when it does not come out valid."""
-    src, tree = Text(text), ast.parse(text)
+    src, tree = Text(text), pyast.parse(text)
     renamed: dict[str, str] = {}
     traps: dict[str, str] = {}
     if _numbered(tree, tests):
@@ -386,7 +387,7 @@ def _plant_module(
                     edits.append((after, after, tail + gap + _named(copy, name)))
         new = apply_edits(text, 0, len(text), edits)
     try:
-        planted = ast.parse(new)
+        planted = pyast.parse(new)
     except SyntaxError:
         return None
     if not traps or not all(_defines(planted, t) for t in [*traps, *renamed.values()]):
@@ -407,7 +408,7 @@ def make_honeypots(
     trees: dict[str, tuple[ast.Module, Text]] = {}
     for path, text in modules.items():
         try:
-            trees[path] = (ast.parse(text), Text(text))
+            trees[path] = (pyast.parse(text), Text(text))
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             continue
     sources: list[_Source] = []
