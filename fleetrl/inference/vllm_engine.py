@@ -112,6 +112,11 @@ class VllmEngine:
             enable_return_routed_experts=self._moe and on_gpu,
             gpu_memory_utilization=0.9 if on_gpu else 0.05,
             kv_cache_memory_bytes=None if on_gpu else self._kv_bytes(),
+            # On CPU a seeded request whose prefill is split over steps kills the engine
+            # (vLLM rewinds its generator's offset, which CPU generators lack): whole
+            # prefills only, so a step takes at least one full prompt.
+            enable_chunked_prefill=on_gpu,
+            max_num_batched_tokens=None if on_gpu else max(max_model_len, 2048),
             disable_log_stats=True,
         )
         if self._moe and not on_gpu:

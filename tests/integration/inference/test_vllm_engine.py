@@ -64,7 +64,7 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def engine(loop, checkpoint) -> Iterator[VllmEngine]:
     async def start() -> VllmEngine:
         return VllmEngine(
-            checkpoint, max_batch_size=4, max_model_len=512, dtype="float32", threads=1
+            checkpoint, max_batch_size=8, max_model_len=512, dtype="float32", threads=1
         )
 
     engine = loop.run_until_complete(start())
@@ -237,3 +237,27 @@ def test_bench_engine_times_vllm_beside_the_built_in_engine():
     assert figures["vllm_tokens_per_s"] > 0 and figures["vllm_vs_engine"] > 0
     assert figures["vllm_latency_p99_ms"] >= figures["vllm_latency_p50_ms"] > 0
     assert figures["vllm_weight_swap_pause_ms"] > 0
+
+
+def test_seeded_long_requests_survive_together_and_a_swap(loop, engine):
+    """Eight seeded requests with long prompts at once (more prompt tokens than vLLM's
+    default step takes), then a swap while they decode. On CPU a seeded request whose
+    prefill vLLM split over steps killed the engine (it rewinds the generator's offset,
+    which CPU generators lack): the engine asks vLLM for whole prefills."""
+    prompts = [[(i * 7 + j) % 1000 + 1 for j in range(450)] for i in range(8)]
+    weights = {n: t.clone() for n, t in engine.state_dict().items()}
+
+    async def scenario():
+        running = [
+            asyncio.create_task(engine.generate(p, SamplingParams(max_tokens=40, seed=i)))
+            for i, p in enumerate(prompts)
+        ]
+        while engine.stats.running < 8:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.2)
+        await engine.update_weights(weights, engine.version + 1)
+        return await asyncio.gather(*running)
+
+    completions = loop.run_until_complete(scenario())
+    assert [len(c.token_ids) for c in completions] == [40] * 8
+    assert all(c.finish_reason == "length" for c in completions)
