@@ -590,9 +590,9 @@ class CliServer:
 
 
 @contextlib.contextmanager
-def cli_server(checkpoint: Path, *options: str) -> Iterator[CliServer]:
+def cli_server(checkpoint: Path, *options: str, start_s: float = 60) -> Iterator[CliServer]:
     """`fleetrl serve CHECKPOINT --port P OPTIONS` as a user starts it, once it answers
-    /health; terminated on exit, its stdout then in `.stdout`."""
+    /health (within `start_s`); terminated on exit, its stdout then in `.stdout`."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -602,13 +602,13 @@ def cli_server(checkpoint: Path, *options: str) -> Iterator[CliServer]:
     )
     served = CliServer(f"http://127.0.0.1:{port}")
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + start_s
         while True:
             assert process.poll() is None, process.communicate()
             with contextlib.suppress(httpx.TransportError):
                 if httpx.get(f"{served.url}/health", timeout=1).status_code == 200:
                     break
-            assert time.monotonic() < deadline, "fleetrl serve did not come up in 60 s"
+            assert time.monotonic() < deadline, f"fleetrl serve did not come up in {start_s} s"
             time.sleep(0.2)
         yield served
     finally:

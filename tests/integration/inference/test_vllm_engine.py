@@ -261,3 +261,19 @@ def test_seeded_long_requests_survive_together_and_a_swap(loop, engine):
     completions = loop.run_until_complete(scenario())
     assert [len(c.token_ids) for c in completions] == [40] * 8
     assert all(c.finish_reason == "length" for c in completions)
+
+
+def test_fleetrl_serve_samples_with_vllm(checkpoint):
+    """`fleetrl serve --engine vllm`: the same HTTP API, vLLM behind it."""
+    import httpx
+
+    from tests.integration.inference.test_server import cli_server
+
+    options = ("--engine", "vllm", "--dtype", "float32", "--threads", "1", "--max-model-len", "512")
+    with cli_server(checkpoint, *options, start_s=300) as served:
+        body = {"prompt_ids": PROMPT, "sampling": {"max_tokens": 6, "temperature": 0.7, "seed": 1}}
+        reply = httpx.post(f"{served.url}/generate", json=body, timeout=60).json()
+        assert len(reply["token_ids"]) == 6 and reply["versions"] == [0] * 6
+        expected = logprobs_of(init_model(CONFIG, seed=0), PROMPT, reply["token_ids"], 0.7)
+        assert reply["logprobs"] == pytest.approx(expected, abs=1e-4)
+    assert "vLLM" in served.stdout
