@@ -74,8 +74,10 @@ class VllmEngine:
         """Start vLLM on `checkpoint` (a folder in Hugging Face layout, as fleetrl writes
         it), serving in `dtype` ("bfloat16" or "float32"); `threads` CPU cores for its
         worker (None: vLLM's choice). Takes tens of seconds: vLLM starts its processes."""
-        # vLLM logs every start-up step at INFO; its warnings and errors still show.
+        # vLLM logs every start-up step at INFO, to stdout; its warnings and errors still
+        # show, on stderr, so that a command's --json output stays JSON.
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+        os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
