@@ -128,6 +128,30 @@ class _Queues:
     updates: list[_WeightUpdate] = field(default_factory=list)
 
 
+def check_prompt(prompt_ids: list[int], max_model_len: int, vocab_size: int) -> None:
+    """Raise InvalidRequest for a prompt no engine can serve: empty, filling the context
+    (no room for one token), or holding ids outside the vocabulary."""
+    if not prompt_ids:
+        raise InvalidRequest("prompt_ids is empty")
+    if len(prompt_ids) >= max_model_len:
+        raise InvalidRequest(
+            f"prompt of {len(prompt_ids)} tokens leaves no room in the context of "
+            f"{max_model_len} tokens"
+        )
+    if min(prompt_ids) < 0 or max(prompt_ids) >= vocab_size:
+        raise InvalidRequest(f"prompt_ids must be token ids in [0, {vocab_size})")
+
+
+def check_update(state_dict: dict[str, torch.Tensor], own: dict[str, torch.Tensor]) -> None:
+    """Raise InvalidRequest unless every tensor of a weight update names one of `own`
+    (the weights served) with its shape."""
+    for name, tensor in state_dict.items():
+        if name not in own:
+            raise InvalidRequest(f"unknown parameter {name!r}")
+        if tuple(tensor.shape) != tuple(own[name].shape):
+            raise InvalidRequest(f"{name}: shape {tuple(tensor.shape)} != {tuple(own[name].shape)}")
+
+
 class Engine:
     """Batched, KV-cached generation over a fleetrl model, driven from asyncio."""
 
@@ -179,16 +203,7 @@ class Engine:
         params = params or SamplingParams()
         params.validate()
         prompt_ids = list(prompt_ids)
-        if not prompt_ids:
-            raise InvalidRequest("prompt_ids is empty")
-        if len(prompt_ids) >= self.max_model_len:
-            raise InvalidRequest(
-                f"prompt of {len(prompt_ids)} tokens leaves no room in the context of "
-                f"{self.max_model_len} tokens"
-            )
-        vocab = self.config.vocab_size
-        if min(prompt_ids) < 0 or max(prompt_ids) >= vocab:
-            raise InvalidRequest(f"prompt_ids must be token ids in [0, {vocab})")
+        check_prompt(prompt_ids, self.max_model_len, self.config.vocab_size)
         generator = None
         if params.seed is not None:
             generator = torch.Generator(device=self.device).manual_seed(params.seed)
@@ -223,14 +238,7 @@ class Engine:
         `state_dict` may hold a subset of the parameters (only what changed). Unknown names
         or wrong shapes raise InvalidRequest and nothing is changed.
         """
-        own = self.model.state_dict()
-        for name, tensor in state_dict.items():
-            if name not in own:
-                raise InvalidRequest(f"unknown parameter {name!r}")
-            if tuple(tensor.shape) != tuple(own[name].shape):
-                raise InvalidRequest(
-                    f"{name}: shape {tuple(tensor.shape)} != {tuple(own[name].shape)}"
-                )
+        check_update(state_dict, self.model.state_dict())
         future: asyncio.Future[float] = asyncio.get_running_loop().create_future()
         self._queues.updates.append(_WeightUpdate(state_dict, version, future))
         self._ensure_loop()

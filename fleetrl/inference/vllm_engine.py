@@ -38,9 +38,9 @@ from typing import TYPE_CHECKING
 import torch
 from safetensors.torch import save
 
-from fleetrl.inference.engine import EngineStats
+from fleetrl.inference.engine import EngineStats, check_prompt, check_update
 from fleetrl.model.checkpoint import load_pretrained, read_config
-from fleetrl.types import Completion, InvalidRequest, SamplingParams
+from fleetrl.types import Completion, SamplingParams
 
 if TYPE_CHECKING:
     from vllm.v1.engine.async_llm import AsyncLLM
@@ -153,15 +153,7 @@ class VllmEngine:
 
         params = params or SamplingParams()
         params.validate()
-        if not prompt_ids:
-            raise InvalidRequest("prompt_ids must not be empty")
-        if len(prompt_ids) >= self.max_model_len:
-            raise InvalidRequest(
-                f"prompt of {len(prompt_ids)} tokens leaves no room in the context of "
-                f"{self.max_model_len} tokens"
-            )
-        if any(not 0 <= t < self.config.vocab_size for t in prompt_ids):
-            raise InvalidRequest(f"prompt token ids must lie in [0, {self.config.vocab_size})")
+        check_prompt(prompt_ids, self.max_model_len, self.config.vocab_size)
         sampling = VllmSampling(
             temperature=params.temperature,
             top_p=params.top_p,
@@ -218,13 +210,7 @@ class VllmEngine:
         wrong shapes raise InvalidRequest and nothing is changed."""
         tied = self.config.tie_word_embeddings
         changed = {n: t for n, t in state_dict.items() if not (tied and n == "lm_head.weight")}
-        for name, tensor in changed.items():
-            if name not in self._weights:
-                raise InvalidRequest(f"unknown parameter {name!r}")
-            if tuple(tensor.shape) != tuple(self._weights[name].shape):
-                raise InvalidRequest(
-                    f"{name}: shape {tuple(tensor.shape)} != {tuple(self._weights[name].shape)}"
-                )
+        check_update(changed, self._weights)
         async with self._swap:
             for name, tensor in changed.items():
                 self._weights[name] = tensor.detach().to("cpu", copy=True)

@@ -66,7 +66,7 @@ from fleetrl.envs.tasks.gold_guide import script
 from fleetrl.envs.tasks.workspace import ensure_repo
 from fleetrl.envs.verifier import sandbox_changes, verify
 from fleetrl.inference.backends import RolloutEngine
-from fleetrl.inference.engine import Engine
+from fleetrl.inference.engine import Engine, check_prompt
 from fleetrl.inference.recording import SessionRecorder
 from fleetrl.inference.server import create_app
 from fleetrl.model.chat import GENERATION_PROMPT
@@ -287,11 +287,7 @@ class ScriptedEngine(Engine):
     ) -> Completion:
         """The script's next reply for the episode `prompt_ids` belongs to."""
         params = params or SamplingParams()
-        if len(prompt_ids) >= self.max_model_len:
-            raise InvalidRequest(
-                f"prompt of {len(prompt_ids)} tokens leaves no room in the context of "
-                f"{self.max_model_len} tokens"
-            )
+        check_prompt(prompt_ids, self.max_model_len, self.config.vocab_size)
         text = self.tokenizer.decode(prompt_ids)
         keys = [key for key in self.scripts if key in text]
         if not keys:

@@ -31,16 +31,8 @@ pytest.importorskip("vllm", reason="the vllm extra is not installed")
 pytestmark = pytest.mark.slow
 
 TOKENIZER = bundled_tokenizer()
-# vLLM's CPU attention takes head_dim 32 and up (16 is refused).
-CONFIG = ModelConfig(
-    vocab_size=TOKENIZER.vocab_size,
-    hidden_size=64,
-    intermediate_size=128,
-    num_hidden_layers=2,
-    num_attention_heads=2,
-    num_key_value_heads=1,
-    head_dim=32,
-)
+# Two heads of 32: vLLM's CPU attention takes head_dim 32 and up (16 is refused).
+CONFIG = ModelConfig.small(TOKENIZER.vocab_size, hidden_size=64, num_hidden_layers=2, heads=2)
 PROMPT = TOKENIZER.encode("def add(a, b):\n    return")
 STOP = 7  # a token id the random model samples now and then
 
@@ -125,7 +117,7 @@ def test_generation_stops_after_a_stop_token_and_counts_it(loop, engine):
 def test_bad_requests_are_refused_before_they_reach_vllm(loop, engine):
     with pytest.raises(InvalidRequest, match="leaves no room"):
         loop.run_until_complete(engine.generate([1] * 512, SamplingParams()))
-    with pytest.raises(InvalidRequest, match="must lie in"):
+    with pytest.raises(InvalidRequest, match="must be token ids in"):
         loop.run_until_complete(engine.generate([CONFIG.vocab_size], SamplingParams()))
     with pytest.raises(InvalidRequest, match="unknown parameter"):
         loop.run_until_complete(engine.update_weights({"nope": torch.zeros(1)}, 9))
