@@ -157,7 +157,7 @@ class RolloutSection(_Section):
             ("engine", self.engine, "vllm", "vllm"),
             ("harness", self.harness, "minisweagent", "mswe"),
         ):
-            if value not in ("fleetrl",) and importlib.util.find_spec(module) is None:
+            if value != "fleetrl" and importlib.util.find_spec(module) is None:
                 raise ConfigError(
                     f"rollout.{knob} = {value} needs the {module} package: "
                     f"pip install 'fleetrl[{extra}]' (or set rollout.{knob} = fleetrl)"

@@ -20,8 +20,7 @@ benchmark reads tokens, not rewards.
 from __future__ import annotations
 
 import asyncio
-import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -184,15 +183,3 @@ def bench_mismatch(
                     )
                     arms.append(arm)
     return arms
-
-
-def arms_table(arms: list[Arm]) -> list[dict]:
-    """The arms as JSON-ready rows (NaN-free floats)."""
-    rows = []
-    for arm in arms:
-        row = asdict(arm)
-        for key, value in row.items():
-            if isinstance(value, float) and math.isnan(value):
-                row[key] = None
-        rows.append(row)
-    return rows

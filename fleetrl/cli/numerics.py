@@ -64,13 +64,15 @@ def bench_mismatch_command(
         if not (resolve_checkpoint(name) / "config.json").is_file():
             raise fail(f"--model {name}: not a checkpoint directory (no config.json)")
     config = run_config(config_file, set_, {})
-    from fleetrl.bench.mismatch import arms_table, bench_mismatch
+    from dataclasses import asdict
+
+    from fleetrl.bench.mismatch import bench_mismatch
 
     def echo(line: str) -> None:
         if not as_json:
             typer.echo(line)
 
-    rows = arms_table(bench_mismatch(config, models, engines, dtypes, tasks, echo))
+    rows = [asdict(arm) for arm in bench_mismatch(config, models, engines, dtypes, tasks, echo)]
     if as_json:
         typer.echo(json.dumps({"tasks": tasks, "split": config.eval.split, "arms": rows}, indent=2))
         return

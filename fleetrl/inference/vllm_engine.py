@@ -39,7 +39,7 @@ import torch
 from safetensors.torch import save
 
 from fleetrl.inference.engine import EngineStats, check_prompt, check_update
-from fleetrl.model.checkpoint import load_pretrained, read_config
+from fleetrl.model.checkpoint import load_pretrained
 from fleetrl.types import Completion, SamplingParams
 
 if TYPE_CHECKING:
@@ -82,7 +82,8 @@ class VllmEngine:
         from vllm.v1.engine.async_llm import AsyncLLM
 
         self.checkpoint = Path(checkpoint)
-        self.config = read_config(self.checkpoint)
+        model = load_pretrained(self.checkpoint)
+        self.config = model.config
         self.max_model_len = max_model_len
         self.max_batch_size = max_batch_size
         self.dtype = dtype
@@ -90,13 +91,9 @@ class VllmEngine:
         self._start_version = version  # what vLLM's unlabelled ("default") tokens are
         self.stats = EngineStats(version=version)
         # The follower's view: every tensor of the version served, as the store gave it.
-        self._weights = {
-            name: tensor.detach().clone()
-            for name, tensor in load_pretrained(self.checkpoint).state_dict().items()
-        }
+        self._weights = {name: tensor.detach() for name, tensor in model.state_dict().items()}
         if self.config.tie_word_embeddings:
             self._weights.pop("lm_head.weight", None)
-        self._moe = self.config.is_moe
         on_gpu = torch.cuda.is_available()
         if threads is not None and not on_gpu:
             cores = sorted(os.sched_getaffinity(0))[:threads]
@@ -111,7 +108,7 @@ class VllmEngine:
             logprobs_mode="processed_logprobs",  # at the sampling temperature, as we train
             worker_extension_cls=WORKER_EXTENSION,
             enforce_eager=not on_gpu,
-            enable_return_routed_experts=self._moe and on_gpu,
+            enable_return_routed_experts=self.config.is_moe and on_gpu,
             gpu_memory_utilization=0.9 if on_gpu else 0.05,
             kv_cache_memory_bytes=None if on_gpu else self._kv_bytes(),
             # On CPU a seeded request whose prefill is split over steps kills the engine
@@ -121,7 +118,7 @@ class VllmEngine:
             max_num_batched_tokens=None if on_gpu else max(max_model_len, 2048),
             disable_log_stats=True,
         )
-        if self._moe and not on_gpu:
+        if self.config.is_moe and not on_gpu:
             log.warning(
                 "vLLM returns no MoE routing on CPU: completions carry no routed experts, "
                 "and the trainer will not replay routing for them"
