@@ -19,8 +19,9 @@ Three policies meet in one token's loss (AReaL's decoupled PPO):
 All logprobs are at the temperature the tokens were sampled at (`fleetrl.trainer.step`).
 The loss is a sum over tokens divided by `normalizer`, which the caller sets for the whole
 minibatch so that micro-batches accumulate to the same gradient: Dr. GRPO ("seq_sum_norm")
-divides by samples x a fixed `norm_tokens` (long and short answers are not re-weighted by
-their length); "token_mean" (DAPO) divides by the batch's loss tokens.
+divides by trajectories x a fixed `norm_tokens` (long and short answers are not re-weighted
+by their length, nor episodes by their number of segments); "token_mean" (DAPO) divides by
+the batch's loss tokens.
 
 Shapes: B samples, T positions; every tensor here is [B, T] and `mask` marks the tokens
 the policy sampled.
@@ -47,10 +48,13 @@ class LossOutput:
     metrics: dict[str, float]  # mismatch, clipping, correction statistics (see policy_loss)
 
 
-def loss_normalizer(config: TrainerSection, samples: int, loss_tokens: int) -> float:
-    """The denominator of a whole minibatch's loss (see the module docstring)."""
+def loss_normalizer(config: TrainerSection, trajectories: float, loss_tokens: int) -> float:
+    """The denominator of a whole minibatch's loss (see the module docstring).
+
+    trajectories: how many trajectories the minibatch holds, a segment counting as its
+    share of its trajectory (`TrainSample.share`); loss_tokens: its tokens with loss."""
     if config.aggregation == "seq_sum_norm":
-        return float(samples * config.norm_tokens)
+        return float(trajectories * config.norm_tokens)
     if config.aggregation == "token_mean":
         return float(max(loss_tokens, 1))
     raise ValueError(f"unknown aggregation {config.aggregation!r}: seq_sum_norm or token_mean")

@@ -51,6 +51,7 @@ class TrainSample:
 
     segment: Segment
     advantage: float
+    share: float = 1.0  # of its trajectory, 1 / its segments: what the loss counts it as
 
 
 @dataclass
@@ -81,7 +82,8 @@ def samples_from_groups(
             skipped.append(index)
             continue
         for trajectory, advantage in zip(group, advantages.tolist(), strict=True):
-            samples += [TrainSample(s, advantage) for s in trajectory.segments]
+            share = 1 / len(trajectory.segments)
+            samples += [TrainSample(s, advantage, share) for s in trajectory.segments]
     return samples, skipped
 
 
@@ -235,7 +237,9 @@ def train_step(
     loss_sum = entropy_sum = grad_norm_sum = 0.0
     for part, micro_batches in zip(parts, prepared, strict=True):
         part_tokens = sum(sum(s.segment.loss_mask[1:]) for s in part)
-        normalizer = loss_normalizer(config, len(part), part_tokens)
+        # Trajectories, not segments: an episode split into n contexts counts once in all.
+        trajectories = sum(s.share for s in part)
+        normalizer = loss_normalizer(config, trajectories, part_tokens)
         for micro in micro_batches:
             batch = micro.batch
             logprobs, entropy = token_logprobs(model, batch, bf16)
