@@ -14,7 +14,7 @@ import os
 
 import typer
 
-from fleetrl.cli import bench, evaluate, model, numerics, runs, train
+from fleetrl.cli import bench, evaluate, horizon, model, numerics, runs, train
 from fleetrl.cli.tasks import tasks_app
 
 app = typer.Typer(
@@ -26,6 +26,7 @@ app = typer.Typer(
 )
 app.add_typer(model.model_app, name="model")
 bench.bench_app.command("mismatch")(numerics.bench_mismatch_command)
+bench.bench_app.command("horizon")(horizon.bench_horizon_command)
 app.add_typer(bench.bench_app, name="bench")
 app.add_typer(tasks_app, name="tasks")
 app.add_typer(runs.run_app, name="run")
