@@ -63,6 +63,10 @@ class TasksSection(_Section):
         return value or None
 
 
+# The suites that summarise by default (`harness.summarise_at` unset), at this fraction.
+SUMMARISE_AT = {"long": 0.8}
+
+
 class HarnessSection(_Section):
     """Prompting and budgets of one agent episode (`fleetrl.envs.harness.loop`). The defaults are
     the preset of the bundled `micro` suite and the small models trained on it; SFT,
@@ -91,6 +95,28 @@ class HarnessSection(_Section):
     """Default and ceiling of the `run` tool's timeout."""
     max_file_bytes: int = Field(1 << 20, ge=1)
     """read_file / edit_file refuse larger files."""
+    summarise_at: float | None = Field(None, ge=0, le=1)
+    """Self-summarisation: when the next turn would take the context past this fraction of
+    `max_context`, the policy is asked for a summary (`summary_prompt`, trained like any
+    reply) and goes on in a fresh context: system prompt, task, summary (`resume_template`;
+    the last tool result is not carried over). 0: off, the episode ends at `context_full`;
+    unset: the suite's default (SUMMARISE_AT on `long`, off elsewhere)."""
+    max_segments: int = Field(4, ge=1)
+    """Context windows per episode with summarisation: the first, and one per summary."""
+    max_summary_tokens: int = Field(128, ge=8)
+    """Sampled tokens per summary."""
+    summary_prompt: str = "Your context is full. Write notes for yourself: the facts you still need (file paths, names, values, lines) and what is left to do."  # noqa: E501
+    """The user turn asking for a summary."""
+    resume_template: str = Field("Your notes from before:\n{summary}", pattern=r"\{summary\}")
+    """The user turn that opens the next context window; `{summary}` is the summary."""
+    truncate: bool = False
+    """Drop the oldest turns until the next fits instead of ending at `context_full` (a
+    benchmark arm, `fleetrl bench horizon`); off while summarising."""
+
+    def summary_limit(self, suite: str) -> int | None:
+        """Tokens of context past which a task of `suite` is summarised; None: never."""
+        fraction = SUMMARISE_AT.get(suite, 0.0) if self.summarise_at is None else self.summarise_at
+        return int(fraction * self.max_context) if fraction > 0 else None
 
 
 class RolloutSection(_Section):
@@ -228,10 +254,11 @@ class TrainerSection(_Section):
     other experts than the engine's the token's logprob drifts (`fleetrl bench mismatch`
     measures both). Segments an engine returned without routes are never replayed."""
     aggregation: Literal["seq_sum_norm", "token_mean"] = "seq_sum_norm"
-    """How token losses become the batch loss: each sample's sum over `norm_tokens`
-    (Dr. GRPO, no length bias) or the mean over all tokens of the batch."""
+    """How token losses become the batch loss: the sum over tokens divided by the
+    trajectories times `norm_tokens` (Dr. GRPO: no length bias, and an episode of several
+    context windows counts once), or the mean over all tokens of the batch."""
     norm_tokens: int = Field(256, ge=1)
-    """Dr. GRPO's constant per-sample token denominator."""
+    """Dr. GRPO's constant per-trajectory token denominator."""
     micro_batch_size: int = Field(4, ge=1)
     """Sequences per forward/backward. The loss does not depend on it; the speed does: on
     a CPU small micro-batches keep the activations in cache (4 was fastest; 16 took 10-20%

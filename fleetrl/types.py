@@ -108,6 +108,9 @@ class Task:
     language: str = "python"  # language of the repository's code and tests
     kind: str = ""  # bug kind, e.g. "operator_swap" or "feature_deletion"; "" if unknown
     origin: str = ""  # where the bug sits: micro template name, or "path.py::function"
+    # What a solution must carry from where it read it to where it uses it (names, values,
+    # paths): the `long` suite's, which a benchmark looks for in the agent's summaries.
+    facts: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -149,6 +152,9 @@ class Trajectory:
     flags: list[str] = field(default_factory=list)  # verifier anti-cheat flags raised
     group_id: str = ""  # samples of one task drawn together share it (group advantages)
     failed_edits: int = 0  # edit_file calls the tool refused (no unique match, bad path, ...)
+    # The text of each summary the policy wrote when its context filled, in order: one
+    # fewer than the segments of a self-summarising episode (`harness.summarise_at`).
+    summaries: list[str] = field(default_factory=list)
 
 
 @dataclass

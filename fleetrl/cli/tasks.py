@@ -88,8 +88,9 @@ def show(
     from fleetrl.envs.tasks.workspace import ensure_repo
 
     try:
-        name, folder = _source(suite, tasks_dir)
-        task = get_task(task_id, suite=name, tasks_dir=folder)
+        if suite is not None and tasks_dir is not None:
+            raise fail("give --suite or --tasks, not both")
+        task = get_task(task_id, suite=suite, tasks_dir=tasks_dir)  # neither: every suite
         ensure_repo(task)
     except TaskError as err:
         raise fail(str(err)) from None
@@ -102,6 +103,8 @@ def show(
     f2p, p2p = len(task.FAIL_TO_PASS), len(task.PASS_TO_PASS)
     typer.echo(f"tests: {f2p} fail-to-pass, {p2p} pass-to-pass")
     typer.echo(f"\n{task.problem_statement.rstrip()}\n")
+    if task.facts:
+        typer.echo(f"facts a solution carries: {', '.join(task.facts)}")
     typer.echo("(gold patch and hidden tests: --json)")
 
 

@@ -189,6 +189,7 @@ def write_report(
     body += [_section_html(section, records) for section in SECTIONS]
     body.append(_regions_html(regions or {}))
     body.append(_evals_html(evals, eval_error))
+    body.append(_summaries_html(run_dir / "summaries.json"))
     body.append(_config_html(config))
     body.append(_logged_html(records))
     out = run_dir / "report.html"
@@ -365,6 +366,36 @@ def _evals_html(evals: dict[str, Any], error: str | None) -> str:
         for label, summary in evals.items()
     )
     return f"{head}<table><tr>{header}</tr>{rows}</table></section>"
+
+
+def _summaries_html(path: Path) -> str:
+    """Summaries.json, if present: per task, its facts and what each model's summaries
+    kept of them, base beside final (self-summarisation on tasks longer than the window)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        tasks = data["tasks"]
+        labels = [label for label in data if label != "tasks"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return ""
+    head = (
+        "<section id='summaries'><h2>Summaries before and after training</h2><p class='sub'>"
+        "What each model wrote when its context filled, on held-out tasks (one episode "
+        "each); the facts the task needs, and which of them the summaries kept.</p>"
+    )
+    rows = []
+    for index, task in enumerate(tasks):
+        facts = ", ".join(f"<code>{_esc(str(f))}</code>" for f in task.get("facts", []))
+        cells = []
+        for label in labels:
+            episode = data[label][index] if index < len(data[label]) else {}
+            text = "<br>".join(_esc(s) for s in episode.get("summaries", [])) or "(none)"
+            kept = len(episode.get("kept", []))
+            cells.append(
+                f"<td><b>{_esc(label)}</b>: {kept}/{len(task.get('facts', []))} facts kept, "
+                f"reward {_fmt(episode.get('reward'))}<br><code>{text}</code></td>"
+            )
+        rows.append(f"<tr><th>{_esc(task['task_id'])}<br>{facts}</th>{''.join(cells)}</tr>")
+    return f"{head}<table>{''.join(rows)}</table></section>"
 
 
 def _regions_html(regions: dict[str, list[dict[str, Any]]]) -> str:

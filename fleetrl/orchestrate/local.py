@@ -34,12 +34,19 @@ from fleetrl.config import RunConfig, dump_config
 from fleetrl.files import write_whole
 from fleetrl.model.checkpoint import resolve_checkpoint, weights_digest
 from fleetrl.observe.export import open_sinks
+from fleetrl.observe.horizon import kept_facts
 from fleetrl.observe.metrics import MetricsLogger, read_metrics
 from fleetrl.observe.records import EvalRecord
 from fleetrl.observe.report import write_report
 from fleetrl.orchestrate.roles import FENCED_EXIT
 from fleetrl.orchestrate.run import create_run
-from fleetrl.rollout.evaluate import EvalResult, evaluate_checkpoint, evaluation_cache_path
+from fleetrl.rollout.evaluate import (
+    EvalResult,
+    episodes_of,
+    evaluate_checkpoint,
+    evaluation_cache_path,
+    split_tasks,
+)
 from fleetrl.store.control import store_url
 from fleetrl.store.objectstore import open_store
 from fleetrl.store.region_metrics import read_report_metrics
@@ -224,6 +231,35 @@ def run_local(config: RunConfig, run_dir: Path, regions: int = 1, progress: bool
     return evaluate_and_report(config, run_dir, progress)
 
 
+SUMMARY_EXAMPLES = 3  # held-out tasks whose summaries the report shows, base beside final
+
+
+def summary_examples(config: RunConfig, models: list[tuple[str, Path]], evals: dict) -> dict | None:
+    """What each model (label, checkpoint) summarised on the first SUMMARY_EXAMPLES
+    held-out tasks with facts, one episode each at the model's evaluation temperature:
+    for the report, a summary before and after training. None when the run's tasks have
+    no facts or its harness does not summarise them."""
+    tasks = [task for task in split_tasks(config, config.eval.split) if task.facts]
+    tasks = tasks[:SUMMARY_EXAMPLES]
+    if not tasks or config.harness.summary_limit(tasks[0].suite) is None:
+        return None
+    examples: dict = {"tasks": [{"task_id": t.instance_id, "facts": t.facts} for t in tasks]}
+    for label, checkpoint in models:
+        temperature = evals.get(label, {}).get("temperature", config.rollout.temperature)
+        episodes = episodes_of(checkpoint, config, tasks, temperature)
+        examples[label] = [
+            {
+                "task_id": task.instance_id,
+                "summaries": episode.summaries,
+                "kept": kept_facts(task.facts, episode.summaries),
+                "reward": episode.reward,
+                "finish_reason": episode.finish_reason,
+            }
+            for task, episode in zip(tasks, episodes, strict=True)
+        ]
+    return examples
+
+
 def prepare_run(config: RunConfig, run_dir: Path) -> str:
     """The run folder (logs/, the resolved config.toml) and the run in its store, created
     unless the store holds it already (a relaunch resumes); returns the store's URL."""
@@ -241,7 +277,8 @@ def evaluate_and_report(config: RunConfig, run_dir: Path, progress: bool = True)
     """After training, whatever launched it: held-out pass@1 of the base and final models,
     each at its own temperature chosen on val with `eval.best_temperature` (eval.json:
     per model pass_at_1, ci_low, ci_high, episodes, temperature, val_sweep and the rest of
-    its `EvalResult`; "eval" records) and report.html; returns the evaluation summary."""
+    its `EvalResult`; "eval" records), on tasks with facts the summaries both wrote on a
+    few of them (summaries.json), and report.html; returns the evaluation summary."""
     summary: dict = {}
     if config.eval.enabled:
         evaluated = []
@@ -256,5 +293,8 @@ def evaluate_and_report(config: RunConfig, run_dir: Path, progress: bool = True)
                 summary[label] = result.to_json()
                 log.log_record(step, eval_record(result, label))
         (run_dir / "eval.json").write_text(json.dumps(summary, indent=2))
+        examples = summary_examples(config, [(e[0], e[2]) for e in evaluated], summary)
+        if examples is not None:
+            (run_dir / "summaries.json").write_text(json.dumps(examples, indent=2))
     write_report(run_dir, read_report_metrics(store_url(config.store.url, run_dir)))
     return summary

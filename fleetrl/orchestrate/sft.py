@@ -26,7 +26,7 @@ from fleetrl.config import RunConfig
 from fleetrl.envs.micro.expert import PLANS
 from fleetrl.envs.sandbox import SandboxError
 from fleetrl.envs.tasks.records import TaskError
-from fleetrl.envs.tasks.suites import configured_tasks
+from fleetrl.envs.tasks.suites import configured_tasks, guide_for
 from fleetrl.model.checkpoint import (
     CheckpointError,
     init_model,
@@ -85,9 +85,17 @@ def _tasks(config: RunConfig, split: str) -> list[Task]:
         tasks = configured_tasks(config.tasks, split)
     except TaskError as err:
         raise SftError(_first_line(err)) from None
-    if any(task.suite != "micro" for task in tasks):
-        raise SftError("the scripted expert solves micro tasks only: set tasks.suite = 'micro'")
-    return tasks[: config.sft.max_tasks] if config.sft.max_tasks else tasks
+    tasks = tasks[: config.sft.max_tasks] if config.sft.max_tasks else tasks
+    for task in tasks:
+        guide = guide_for(task)
+        if guide is None:
+            raise SftError(f"{task.instance_id}: no scripted expert serves the task")
+        for plan in config.sft.plans:
+            try:
+                guide.steps(task, plan)
+            except ValueError as err:
+                raise SftError(f"sft.plans: {err}") from None
+    return tasks
 
 
 def run_sft(
@@ -97,9 +105,8 @@ def run_sft(
     progress lines go to `echo`."""
     sft = config.sft
     mini = config.rollout.harness != "fleetrl"
-    unknown = [plan for plan in sft.plans if plan not in PLANS]
-    if not mini and (unknown or not sft.plans):
-        raise SftError(f"sft.plans {sft.plans}: choose one or more of {', '.join(PLANS)}")
+    if not mini and not sft.plans:
+        raise SftError(f"sft.plans is empty: choose one or more of {', '.join(PLANS)}")
     torch.set_num_threads(sft.threads)
     model, tokenizer = _model(config)
     tasks = _tasks(config, config.tasks.split)

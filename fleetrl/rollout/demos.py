@@ -6,7 +6,8 @@
                 originals graded by the verifier, copies checked by the guide only
           ─▶ kept iff the guide met no problem, the episode ended by `finish` without tool
              errors and, where graded, the verifier gave reward 1; else dropped with why
-          ─▶ Demo: the harness's own token ids and loss mask (1 = the expert's replies)
+          ─▶ Demo per context window: the harness's own token ids and loss mask (1 = the
+             expert's replies, its summaries included)
           ─▶ cached under a digest of everything they depend on
 
 Contract: a Demo's ids are exactly what the harness recorded, so a model trained on them
@@ -118,20 +119,26 @@ def _unlearned(ids: list[int], mask: list[int], replies: list[list[int]]) -> lis
     return mask
 
 
-def _verdict(job: _Job, trajectory: Trajectory, expert: Scripted) -> tuple[Demo | None, str]:
-    """The demo of a finished guide's episode, or why it is not one."""
+def _verdict(job: _Job, trajectory: Trajectory, expert: Scripted) -> tuple[list[Demo], str]:
+    """The demos of a finished guide's episode (one per context window), or why there
+    are none."""
     problems = expert.problems[job.task.instance_id]
     if problems:
-        return None, "; ".join(problems)
-    slips = job.guide.steps(job.task, job.plan).count("slip")  # edits the tool must refuse
+        return [], "; ".join(problems)
+    steps = job.guide.steps(job.task, job.plan)
+    slips = steps.count("slip")  # edits the tool must refuse
     if trajectory.finish_reason != "finish" or trajectory.tool_errors != slips:
-        return None, f"ended by {trajectory.finish_reason}, {trajectory.tool_errors} tool errors"
+        return [], f"ended by {trajectory.finish_reason}, {trajectory.tool_errors} tool errors"
+    if len(trajectory.segments) != steps.count("summary") + 1:
+        return [], f"{len(trajectory.segments)} context windows, not one per summary + 1"
     if job.graded and trajectory.reward != 1.0:
-        return None, f"verifier: reward {trajectory.reward:g}, flags {trajectory.flags}"
-    (segment,) = trajectory.segments
+        return [], f"verifier: reward {trajectory.reward:g}, flags {trajectory.flags}"
     replies = expert.unlearned[job.task.instance_id]
-    mask = _unlearned(segment.token_ids, segment.loss_mask, replies)
-    return Demo(job.task.instance_id, job.plan, segment.token_ids, mask), ""
+    demos = []
+    for segment in trajectory.segments:
+        mask = _unlearned(segment.token_ids, segment.loss_mask, replies)
+        demos.append(Demo(job.task.instance_id, job.plan, segment.token_ids, mask))
+    return demos, ""
 
 
 def _jobs(
@@ -182,10 +189,10 @@ async def _run_plan(
     rollouts: Rollouts,
     gate: asyncio.Semaphore,
     advance: Callable[[], None],
-) -> dict[str, tuple[Demo | None, str]]:
+) -> dict[str, tuple[list[Demo], str]]:
     """The verdicts of one plan's jobs of one guide, all run by one scripted policy."""
 
-    async def run(job: _Job) -> tuple[Demo | None, str]:
+    async def run(job: _Job) -> tuple[list[Demo], str]:
         async with gate:
             if job.copy is not None:
                 await asyncio.to_thread(job.copy.write)
@@ -210,10 +217,10 @@ async def _demonstrate(
     copies: int,
     concurrency: int,
     progress: bool,
-) -> list[tuple[str, Demo | None, str]]:
-    """(job name, demo or None, reason) of every episode, in demo order."""
+) -> list[tuple[str, list[Demo], str]]:
+    """(job name, its demos (none if dropped), reason) of every episode, in demo order."""
     repos = await asyncio.gather(*(asyncio.to_thread(ensure_repo, task) for task in tasks))
-    outcomes: dict[str, tuple[Demo | None, str]] = {}
+    outcomes: dict[str, tuple[list[Demo], str]] = {}
     gate = asyncio.Semaphore(concurrency)  # jobs in flight: sandboxes, pytest runs, repos
     with (
         tempfile.TemporaryDirectory(prefix="fleetrl-demos-") as tmp,
@@ -227,7 +234,7 @@ async def _demonstrate(
             for guide in {id(job.guide): job.guide for job in jobs}.values():
                 mine = [job for job in jobs if job.plan == plan and job.guide is guide]
                 runnable, dropped = _unique_statements(mine)
-                outcomes.update((name, (None, reason)) for name, reason in dropped.items())
+                outcomes.update((name, ([], reason)) for name, reason in dropped.items())
                 expert = guide.policy([job.task for job in runnable], plan, tokenizer)
                 rollouts = Rollouts(expert, tokenizer, harness, rollout, concurrency, concurrency)
                 outcomes |= await _run_plan(
@@ -254,8 +261,8 @@ def generate_demos(
     outcomes = asyncio.run(
         _demonstrate(tasks, tokenizer, harness, rollout, plans, copies, concurrency, progress)
     )
-    demos = [demo for _, demo, _ in outcomes if demo is not None]
-    dropped = {name: reason for name, demo, reason in outcomes if demo is None}
+    demos = [demo for _, kept, _ in outcomes for demo in kept]
+    dropped = {name: reason for name, kept, reason in outcomes if not kept}
     stats = DemoStats.of(demos, len(outcomes), len(tasks) * len(plans), dropped, start)
     return demos, stats
 

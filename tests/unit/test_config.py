@@ -60,7 +60,7 @@ def test_missing_file_and_bad_override(tmp_path):
         load_config(tmp_path / "none.toml")
     with pytest.raises(
         ConfigError,
-        match=r"config file nodemo does not exist \(shipped presets: demo, mini-swe-agent\)",
+        match=r"config file nodemo does not exist \(shipped presets: demo, long, mini-swe-agent\)",
     ):
         load_config(Path("nodemo"))
     with pytest.raises(ConfigError, match="KEY=VALUE"):

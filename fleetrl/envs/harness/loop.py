@@ -14,9 +14,20 @@ appended with `encode_continuation`, never by re-rendering the model's own reply
 `run_episode_openai` drives any OpenAI-compatible chat endpoint (for evaluation of models
 served elsewhere); it runs the same tools but records no tokens.
 
+When the context fills, the episode ends with "context_full", or, with self-summarisation
+(`harness.summarise_at`; on by default for the `long` suite), the policy is asked for a
+summary and goes on from it in a fresh context window:
+
+    segment 1: system + task ─▶ turns ... ─▶ tool results + summary request ─▶ summary
+    segment 2: system + task + "Your notes from before: <summary>" ─▶ turns ...
+
+Each window is one Segment of the trajectory; the summary tokens are sampled like any
+reply (loss mask 1), so the episode's reward trains them. The last tool result before a
+summary is not carried over: the summary has to keep what the policy still needs.
+`harness.truncate` (a benchmark arm) drops the oldest turns instead.
+
 The reward is not computed here: the verifier grades the sandbox afterwards
-(`fleetrl.envs.verifier`). Not covered yet: self-summarisation when the context is full
-(the episode ends with "context_full").
+(`fleetrl.envs.verifier`).
 """
 
 from __future__ import annotations
@@ -144,6 +155,41 @@ async def run_tool_calls(
     return outcomes, False
 
 
+class _Window:
+    """The episode's context windows: the current one's builder, those already closed,
+    and the chunks (a reply and the results after it) the current one holds."""
+
+    def __init__(self, opening: list[int], temperature: float) -> None:
+        self.opening, self.temperature = opening, temperature
+        self.builder = _SegmentBuilder(opening, temperature)
+        self.closed: list[Segment] = []
+        self.chunks: list[list[int]] = []  # since the opening, for truncation
+
+    def __len__(self) -> int:
+        return len(self.builder.segment.token_ids)
+
+    def reopen(self, opening: list[int]) -> None:
+        """Close the current window and open a fresh one on `opening`."""
+        self.closed.append(self.builder.finish())
+        self.builder = _SegmentBuilder(opening, self.temperature)
+        self.chunks = []
+
+    def segments(self) -> list[Segment]:
+        return [*self.closed, self.builder.finish()]
+
+
+def _truncated(window: _Window, results: list[int], room: int) -> list[int] | None:
+    """The opening plus the newest chunks (the last reply and `results` always among
+    them) that leave `room` tokens free in `max_context`; None when even those do not."""
+    last = window.chunks[-1] + results
+    kept = [*window.chunks[:-1], last]
+    while kept and len(window.opening) + sum(map(len, kept)) > room:
+        kept.pop(0)
+    if not kept or kept[-1] is not last:
+        return None
+    return window.opening + [t for chunk in kept for t in chunk]
+
+
 async def run_episode(
     policy: TokenPolicy,
     tokenizer: Tokenizer,
@@ -159,21 +205,29 @@ async def run_episode(
     `sampling` sets temperature and seed (each reply samples with a seed of its own drawn
     from it, so a seeded episode repeats; the harness sets each reply's token budget and
     stop token); `env_latency_s` (benchmarks only) waits after each turn's tools, log-normal
-    with this mean (p99 ~10x the median), like slow test suites and remote tools."""
+    with this mean (p99 ~10x the median), like slow test suites and remote tools.
+
+    With summarisation (`config.summary_limit`), when the next turn would pass the limit
+    the results of the turn are followed by the summary request, the policy's summary
+    closes the segment, and the next one opens on the task and the summary; with
+    `config.truncate`, the oldest turns are dropped instead (a new segment too, since the
+    context is no longer an extension of the last). Each segment's prompts are prefixes
+    of its final sequence."""
     start = time.monotonic()
     tools = TOOL_SPECS if config.describe_tools else None
-    prompt_ids = encode_chat(tokenizer, task_prompt(task, config), tools)
-    builder = _SegmentBuilder(prompt_ids, sampling.temperature)
+    opening = task_prompt(task, config)
+    window = _Window(encode_chat(tokenizer, opening, tools), sampling.temperature)
+    limit = config.summary_limit(task.suite)
     log: list[ToolRecord] = []
+    summaries: list[str] = []
     turns = sampled = tool_errors = 0
     reason = "max_turns"
     while turns < config.max_turns:
         if time.monotonic() - start > config.wall_s:
             reason = "wall_time"
             break
-        context = len(builder.segment.token_ids)
         budget = min(
-            config.max_reply_tokens, config.max_tokens - sampled, config.max_context - context
+            config.max_reply_tokens, config.max_tokens - sampled, config.max_context - len(window)
         )
         if budget < 1:
             reason = "max_tokens" if sampled >= config.max_tokens else "context_full"
@@ -181,8 +235,9 @@ async def run_episode(
         params = replace(
             sampling.reseeded(turns), max_tokens=budget, stop_token_ids=[tokenizer.eos_id]
         )
-        completion = await policy.generate(builder.segment.token_ids, params)
-        builder.add_completion(completion)
+        completion = await policy.generate(window.builder.segment.token_ids, params)
+        window.builder.add_completion(completion)
+        window.chunks.append(list(completion.token_ids))
         turns += 1
         sampled += len(completion.token_ids)
         if completion.finish_reason != "stop":  # cut off mid-reply: nothing reliable to run
@@ -201,10 +256,42 @@ async def run_episode(
             break
         results = [f"error: {e}" for e in reply.errors] + [o.text for o in outcomes]
         messages = [Message("tool", neutralise_specials(r, tokenizer)) for r in results]
-        builder.add_prompt(encode_continuation(tokenizer, messages))
+        ids = encode_continuation(tokenizer, messages)
+        next_turn = len(window) + len(ids) + config.max_reply_tokens
+        if limit is not None and next_turn > limit and len(window.closed) + 1 < config.max_segments:
+            request = Message("user", config.summary_prompt)
+            window.builder.add_prompt(encode_continuation(tokenizer, [*messages, request]))
+            room = min(
+                config.max_summary_tokens,
+                config.max_tokens - sampled,
+                config.max_context - len(window),
+            )
+            if room < 1:
+                reason = "max_tokens" if sampled >= config.max_tokens else "context_full"
+                break
+            params = replace(
+                sampling.reseeded(turns, "summary"),
+                max_tokens=room,
+                stop_token_ids=[tokenizer.eos_id],
+            )
+            summary = await policy.generate(window.builder.segment.token_ids, params)
+            window.builder.add_completion(summary)
+            sampled += len(summary.token_ids)
+            text = tokenizer.decode(summary.token_ids, skip_special_tokens=True).strip()
+            summaries.append(text)
+            resume = Message("user", config.resume_template.format(summary=text))
+            window.reopen(encode_chat(tokenizer, [*opening, resume], tools))
+            continue
+        if limit is None and config.truncate and next_turn > config.max_context:
+            kept = _truncated(window, ids, config.max_context - config.max_reply_tokens)
+            if kept is not None:
+                window.reopen(kept)
+                continue
+        window.builder.add_prompt(ids)
+        window.chunks[-1] += ids
     trajectory = Trajectory(
         task_id=task.instance_id,
-        segments=[builder.finish()],
+        segments=window.segments(),
         reward=0.0,
         finish_reason=reason,
         turns=turns,
@@ -213,6 +300,7 @@ async def run_episode(
         duration_s=time.monotonic() - start,
         failed_edits=sum(r.error for r in log if r.name == "edit_file"),
         group_id=group_id,
+        summaries=summaries,
     )
     return Episode(trajectory, log)
 

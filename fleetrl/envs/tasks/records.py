@@ -50,6 +50,7 @@ class _TaskRecord(BaseModel):
     language: str = "python"
     kind: str = ""
     origin: str = ""
+    facts: list[str] = []
 
     @field_validator("FAIL_TO_PASS", "PASS_TO_PASS", "test_files", mode="before")
     @classmethod

@@ -4,7 +4,7 @@
     --tasks DIR  ─▶ load_task_dir(DIR) (records read from JSONL files)
                  └─▶ load_tasks / get_task (optionally one split, or one instance id)
 
-A suite plugs in with `register_suite`; the bundled `micro` and `product` suites are
+A suite plugs in with `register_suite`; the bundled `micro`, `product` and `long` suites are
 registered here, so importing this module is enough to find them. `guide_for` hands out a
 task's guide (`fleetrl.envs.tasks.guide`): its suite's (the micro expert for the bundled
 ones), else the gold-patch guide for any task with a gold patch (a `fleetrl tasks make`
@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import Literal
 
 from fleetrl.config import TasksSection
+from fleetrl.envs.long import suite as long
+from fleetrl.envs.long.expert import LONG_GUIDE
 from fleetrl.envs.micro import suite as micro
 from fleetrl.envs.micro.guide import MICRO_GUIDE
 from fleetrl.envs.tasks.gold_guide import GOLD_PATCH_GUIDE
@@ -54,6 +56,7 @@ _SUITES: dict[str, Suite] = {
     "product": Suite(
         "product", micro.build_product_suite, micro.materialise_product, MICRO_GUIDE, "calls"
     ),
+    "long": Suite("long", long.build_suite, long.materialise, LONG_GUIDE, "calls"),
 }
 
 

@@ -1,0 +1,135 @@
+"""The scripted long expert: a token policy that fixes `long` tasks across a summary.
+
+    prompt ids ─▶ decode ─▶ first user turn = a task's statement ─▶ which task
+               ─▶ asked for a summary?      ─▶ the task's notes (its facts, what is next)
+               ─▶ a window that opens on notes? ─▶ after the summary: read the small
+                  file, edit, check, finish
+               ─▶ otherwise                 ─▶ before it: read the big file
+
+Like the micro expert it decides each reply from its context; what it writes comes from
+the task's spec (`fleetrl.envs.long.suite.LongSpec`): the files to read, the edits of the
+gold fix, the summary that keeps the task's facts. It counts on the harness to ask for a
+summary right after the big file's read (the suite's sizes and the `long` preset make it
+so); an episode where it does not, or where an edit is refused or the check prints
+another value, lists the problem in `problems` and is no demonstration.
+
+Its replies after the summary use what the summary says, not what the window lost, so a
+model that learns from its episodes learns to write the facts down and to act on them.
+
+Not covered: the micro expert's other plans (slips, wrong fixes), renamed copies, summary
+prompts other than the harness default.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from pathlib import Path
+
+from fleetrl.config import HarnessSection
+from fleetrl.envs.long.suite import LongSpec, spec_of
+from fleetrl.envs.micro.expert import Example, check_command
+from fleetrl.envs.tasks.guide import FIX, TaskCopy, scripted_completion
+from fleetrl.model.chat import (
+    GENERATION_PROMPT,
+    IM_END,
+    IM_START,
+    Message,
+    ToolCall,
+    format_reply,
+    tool_results,
+)
+from fleetrl.model.tokenizer import Tokenizer
+from fleetrl.types import Completion, SamplingParams, Task
+
+PLAN = FIX  # the long expert's only plan
+_DEFAULTS = HarnessSection()
+_USER_TURN = re.compile(re.escape(f"{IM_START}user\n") + "(.*?)" + re.escape(IM_END), re.DOTALL)
+_RESUME = _DEFAULTS.resume_template.split("{summary}")[0]
+
+
+def steps_after_summary(spec: LongSpec) -> tuple[str, ...]:
+    """The expert's replies in the window that opens on its summary."""
+    return ("read", *(f"edit{i}" for i in range(len(spec.edits))), "check", "finish")
+
+
+class LongExpert:
+    """A TokenPolicy that solves the long tasks of `tasks`; `problems[instance_id]`
+    collects what went differently than the fix would go."""
+
+    def __init__(self, tasks: list[Task], tokenizer: Tokenizer) -> None:
+        """ValueError for a task that is no long task."""
+        self.tokenizer = tokenizer
+        self.problems: dict[str, list[str]] = {task.instance_id: [] for task in tasks}
+        self.unlearned: dict[str, list[list[int]]] = {task.instance_id: [] for task in tasks}
+        self._specs = {task.problem_statement: spec_of(task) for task in tasks}
+
+    def _reply(self, spec: LongSpec, context: str) -> Message:
+        """The next assistant message of the episode on `spec` whose context is `context`."""
+        problems = self.problems[spec.instance_id]
+        users = _USER_TURN.findall(context)
+        if users[-1] == _DEFAULTS.summary_prompt:
+            return Message("assistant", spec.summary)
+        turns = context.split(GENERATION_PROMPT)[1:]  # the last one: this turn, still empty
+        resumed = next((i for i, u in enumerate(users) if u.startswith(_RESUME)), None)
+        if resumed is None:
+            if len(turns) > 1:
+                problems.append("no summary was asked for after the big file's read")
+                return Message("assistant", "", [ToolCall("finish", {})])
+            return Message("assistant", "", [ToolCall("read_file", {"path": spec.first})])
+        step = steps_after_summary(spec)[len(turns) - 1]
+        last = tool_results(turns[-2])[-1] if len(turns) > 1 else ""
+        if step.startswith("edit") and step != "edit0" and not last.startswith("edited "):
+            problems.append(f"edit refused: {last}")
+        example = Example(spec.module, spec.function, spec.call, str(spec.expected))
+        if step == "finish" and last != f"exit code: 0\n{spec.expected}":
+            problems.append(f"check printed {last!r}")
+        if step == "read":
+            call = ToolCall("read_file", {"path": spec.second})
+        elif step.startswith("edit"):
+            edit = spec.edits[int(step[4:])]
+            call = ToolCall("edit_file", {"path": edit.path, "old": edit.old, "new": edit.new})
+        elif step == "check":
+            call = ToolCall("run", {"command": check_command(example)})
+        else:
+            call = ToolCall("finish", {})
+        return Message("assistant", "", [call])
+
+    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> Completion:
+        """The next reply's ids, as a model that never errs would sample them."""
+        context = self.tokenizer.decode(prompt_ids)
+        match = _USER_TURN.search(context)
+        spec = self._specs.get(match[1]) if match else None
+        if spec is None:
+            raise LookupError(f"the prompt states no problem of the expert's tasks: {context!r}")
+        message = self._reply(spec, context)
+        ids = self.tokenizer.encode(format_reply(message) + IM_END)
+        problems = self.problems[spec.instance_id]
+        return scripted_completion(prompt_ids, ids, params, self.tokenizer.eos_id, problems)
+
+
+class LongGuide:
+    """The long expert behind the guide protocol (`fleetrl.envs.tasks.guide`)."""
+
+    sources = (Path(__file__), Path(__file__).parent / "suite.py")
+
+    def steps(self, task: Task, plan: str) -> tuple[str, ...]:
+        """Read, summary, then `steps_after_summary`; ValueError for another plan."""
+        if plan != PLAN:
+            raise ValueError(f"the long expert has no plan {plan!r} (only {PLAN!r})")
+        return ("read", "summary", *steps_after_summary(spec_of(task)))
+
+    def policy(
+        self, tasks: list[Task], plan: str, tokenizer: Tokenizer, after: int = 0
+    ) -> LongExpert:
+        """One expert over `tasks`; ValueError for another plan or a later start."""
+        if plan != PLAN or after:
+            raise ValueError(f"the long expert follows {PLAN!r} from the first reply only")
+        return LongExpert(tasks, tokenizer)
+
+    def copy(self, task: Task, repo: Path, rng: random.Random, dest: Path) -> TaskCopy:
+        """ValueError: the suite's 600 train tasks are its demonstrations."""
+        raise ValueError("the long expert makes no renamed copies")
+
+
+LONG_GUIDE = LongGuide()
