@@ -50,6 +50,9 @@ from fleetrl.model.chat import Message, ToolCall, encode_chat, encode_continuati
 from fleetrl.model.tokenizer import Tokenizer
 from fleetrl.types import Completion, SamplingParams, Segment, Task, Trajectory
 
+# What stands for tool results that leave no room for the summary the harness asks for.
+CUT_RESULT = "(this result does not fit in the context: note what you need to read again)"
+
 
 class TokenPolicy(Protocol):
     """What the harness samples from; `fleetrl.inference.Engine` is one."""
@@ -168,26 +171,28 @@ class _Window:
     def __len__(self) -> int:
         return len(self.builder.segment.token_ids)
 
-    def reopen(self, opening: list[int]) -> None:
-        """Close the current window and open a fresh one on `opening`."""
+    def reopen(self, opening: list[int], chunks: list[list[int]] | None = None) -> None:
+        """Close the current window and open a fresh one on `opening` (the window's own
+        opening followed by `chunks`, when carried over by a truncation)."""
         self.closed.append(self.builder.finish())
-        self.builder = _SegmentBuilder(opening, self.temperature)
-        self.chunks = []
+        chunks = chunks or []
+        self.builder = _SegmentBuilder(opening + [t for c in chunks for t in c], self.temperature)
+        self.chunks = chunks
 
     def segments(self) -> list[Segment]:
         return [*self.closed, self.builder.finish()]
 
 
-def _truncated(window: _Window, results: list[int], room: int) -> list[int] | None:
-    """The opening plus the newest chunks (the last reply and `results` always among
-    them) that leave `room` tokens free in `max_context`; None when even those do not."""
+def _truncated(window: _Window, results: list[int], room: int) -> list[list[int]] | None:
+    """The newest chunks (the last reply and `results` always among them) that fit in
+    `room` tokens after the opening; None when even the last does not."""
     last = window.chunks[-1] + results
     kept = [*window.chunks[:-1], last]
     while kept and len(window.opening) + sum(map(len, kept)) > room:
         kept.pop(0)
     if not kept or kept[-1] is not last:
         return None
-    return window.opening + [t for chunk in kept for t in chunk]
+    return kept
 
 
 async def run_episode(
@@ -260,7 +265,12 @@ async def run_episode(
         next_turn = len(window) + len(ids) + config.max_reply_tokens
         if limit is not None and next_turn > limit and len(window.closed) + 1 < config.max_segments:
             request = Message("user", config.summary_prompt)
-            window.builder.add_prompt(encode_continuation(tokenizer, [*messages, request]))
+            tail = encode_continuation(tokenizer, [*messages, request])
+            if len(window) + len(tail) + config.max_summary_tokens > config.max_context:
+                # Results too long to summarise beside: the policy is told they were cut.
+                cut = Message("tool", CUT_RESULT)
+                tail = encode_continuation(tokenizer, [cut] * len(messages) + [request])
+            window.builder.add_prompt(tail)
             room = min(
                 config.max_summary_tokens,
                 config.max_tokens - sampled,
@@ -285,7 +295,7 @@ async def run_episode(
         if limit is None and config.truncate and next_turn > config.max_context:
             kept = _truncated(window, ids, config.max_context - config.max_reply_tokens)
             if kept is not None:
-                window.reopen(kept)
+                window.reopen(window.opening, kept)
                 continue
         window.builder.add_prompt(ids)
         window.chunks[-1] += ids

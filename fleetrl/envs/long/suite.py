@@ -23,9 +23,9 @@ Splits: 600 `train`, 100 `val`, 200 `heldout`, disjoint in names (every module, 
 local and constant name is unique in the suite) and constants (every integer of an
 evaluation task is 3 mod 4, of a train task not: micro's rule). Built deterministically
 from LONG_VERSION; repositories are written under `cache_dir()/suites/long/<version>` on
-first use. Window sizes are checked when the suite is built (WINDOW, `_check_sizes`):
-prompt and both reads overflow it, and the second segment of the expert's episode fits
-under the summary threshold of the `long` preset.
+first use. The sizes are pinned by tests (tests/unit/envs/long): the prompt and both
+reads, as the model sees them, overflow WINDOW (by 29 tokens at least), and the expert's
+second window stays under the `long` preset's summary threshold.
 
 Not covered: tasks needing more than one summary; facts spread over more than two files.
 """

@@ -332,11 +332,6 @@ def test_truncation_gives_way_to_summaries_and_to_a_result_that_fits_nowhere():
     assert huge.finish_reason == "context_full" and len(huge.segments) == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="fleetrl bug: _Window.reopen clears `chunks` after a truncation, so the next "
-    "truncation drops every turn the first carried over (reported with a fix)",
-)
 def test_a_second_truncation_keeps_the_carried_turns_that_still_fit():
     replies = [read("a.py"), read("b.py"), read("c.py"), read("d.py"), read("e.py"), FINISH]
     harness = HARNESS.model_copy(update={"summarise_at": 0.0, "truncate": True})
@@ -348,11 +343,6 @@ def test_a_second_truncation_keeps_the_carried_turns_that_still_fit():
     ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="fleetrl bug: a turn whose tool results alone overflow the window ends the "
-    "episode at context_full although summarisation is on (reported with a fix)",
-)
 def test_results_that_overflow_the_window_still_get_a_summary():
     """The docstring's promise: with summarisation on, a full context is summarised, not
     the end. Here the second read (~610 tokens) lands on ~330 and passes 1024 by itself."""
