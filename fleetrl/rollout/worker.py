@@ -430,11 +430,11 @@ class Rollouts:
 
 
 def _stamp_guided(trajectory: Trajectory, replayed: int, version: int) -> Trajectory:
-    """`trajectory` (one segment, a guide's episode) as a guided sample: its first
-    `replayed` replies out of the loss, its tokens stamped with `version` (the newest its
-    group was sampled at: it is as fresh as the group)."""
-    (segment,) = trajectory.segments
-    mask_replies(segment, replayed)
-    segment.guided = True
-    segment.versions = [version if m else -1 for m in segment.loss_mask]
+    """`trajectory` (a guide's episode) as a guided sample: its first `replayed` replies
+    (all in its first context window) out of the loss, its tokens stamped with `version`
+    (the newest its group was sampled at: it is as fresh as the group)."""
+    mask_replies(trajectory.segments[0], replayed)
+    for segment in trajectory.segments:
+        segment.guided = True
+        segment.versions = [version if m else -1 for m in segment.loss_mask]
     return trajectory

@@ -29,3 +29,18 @@ def test_masking_the_replayed_replies_leaves_the_rest_to_learn():
 
 def test_a_sample_leaves_the_guide_the_turns_it_needs():
     assert recovery_room(6, 3) == 3
+
+
+def test_a_guided_episode_of_several_windows_is_guided_in_each():
+    """A guide's self-summarising episode: every window is learned off-policy, stamped with
+    the group's newest version; replayed replies come out of the first window only."""
+    from fleetrl.rollout.worker import _stamp_guided
+    from fleetrl.types import Trajectory
+
+    windows = [segment(), segment()]
+    episode = Trajectory("t", windows, 1.0, "finish", 5, 4, 0, 1.0)
+    _stamp_guided(episode, 1, version=7)
+    assert all(s.guided for s in episode.segments)
+    assert episode.segments[0].loss_mask == [0] * 5 + [1, 0, 0, 1, 1]
+    assert episode.segments[1].loss_mask == segment().loss_mask
+    assert episode.segments[1].versions == [7 if m else -1 for m in segment().loss_mask]
