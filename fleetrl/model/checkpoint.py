@@ -27,6 +27,7 @@ BUNDLED_MODELS = {
     "base": BASE_MODEL,
     "base-slip": BASE_MODEL.parent / "base-slip",
     "base-mswe": BASE_MODEL.parent / "base-mswe",
+    "base-long": BASE_MODEL.parent / "base-long",
 }
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
