@@ -144,8 +144,8 @@ def run_sft(
     except SandboxError as err:
         raise SftError(f"cannot run sandboxes: {_first_line(err)}") from None
     echo(
-        f"{stats.kept} demonstrations kept of {stats.episodes} ({stats.graded} graded by the "
-        f"verifier, {len(stats.dropped)} dropped), "
+        f"{stats.kept} demonstrations (one per context window) from {stats.episodes} "
+        f"episodes ({stats.graded} graded by the verifier, {len(stats.dropped)} dropped), "
         f"{stats.mean_tokens:.0f} tokens each, {stats.mean_reply_tokens:.0f} of them replies "
         f"({time.monotonic() - start:.0f} s)"
     )

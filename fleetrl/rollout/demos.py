@@ -68,7 +68,7 @@ class DemoStats:
     """What generating a set of demonstrations gave."""
 
     episodes: int  # episodes run: tasks x plans, plus tasks x copies
-    kept: int
+    kept: int  # demonstrations: one per context window of each episode kept
     graded: int = 0  # episodes also graded by the verifier (those of the original tasks)
     dropped: dict[str, str] = field(default_factory=dict)  # "task_id/plan" -> reason
     mean_tokens: float = 0.0  # per kept demo, whole sequence

@@ -25,7 +25,10 @@ def test_sft_trains_a_tiny_model_and_flags_override_the_config_file(tmp_path):
     args += [*TINY, "--demos-cache", str(tmp_path / "cache")]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
-    assert "4 demonstrations kept of 4 (3 graded by the verifier, 0 dropped)" in result.output
+    assert (
+        "4 demonstrations (one per context window) from 4 episodes "
+        "(3 graded by the verifier, 0 dropped)" in result.output
+    )
     assert load_pretrained(tmp_path / "out").config.hidden_size == 32
     state = json.loads((tmp_path / "out" / STATE_FILE).read_text())
     assert (state["config"]["steps"], state["config"]["bf16"]) == (2, False)  # the flags won

@@ -64,7 +64,10 @@ def test_fleetrl_sft_trains_on_mini_swe_agent_demonstrations(tmp_path: Path):
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "2 training tasks inside mini-swe-agent and 0 renamed copies" in result.output
-    assert "2 demonstrations kept of 2 (2 graded by the verifier, 0 dropped)" in result.output
+    assert (
+        "2 demonstrations (one per context window) from 2 episodes "
+        "(2 graded by the verifier, 0 dropped)" in result.output
+    )
     state = json.loads((tmp_path / "out" / "sft.json").read_text())
     assert state["about"]["rollout_harness"] == "mini-swe-agent"
     cached = sorted((tmp_path / "cache").glob("mswe-demos-*.json.gz"))  # train's and val's
