@@ -1,7 +1,7 @@
 """The bundled `long` suite: two-file fixes that need more context than the window holds.
 
-Every task is read the same way: one big file (about 640 tokens as `read_file` shows it),
-then one small file (about 300), then the fix. Both reads do not fit a 1024-token window
+Every task is read the same way: one big file (about 680 tokens as `read_file` shows it),
+then one small file (about 285), then the fix. Both reads do not fit a 1024-token window
 beside the prompt, so an agent that keeps reading whole files must carry what the big file
 said (a line, a name, a number, a path: the task's `facts`) across a summary into a fresh
 context, where it reads the small file and edits. Three kinds:
@@ -24,7 +24,7 @@ local and constant name is unique in the suite) and constants (every integer of 
 evaluation task is 3 mod 4, of a train task not: micro's rule). Built deterministically
 from LONG_VERSION; repositories are written under `cache_dir()/suites/long/<version>` on
 first use. The sizes are pinned by tests (tests/unit/envs/long): the prompt and both
-reads, as the model sees them, overflow WINDOW (by 29 tokens at least), and the expert's
+reads, as the model sees them, overflow WINDOW (by 38 tokens at least), and the expert's
 second window stays under the `long` preset's summary threshold.
 
 Not covered: tasks needing more than one summary; facts spread over more than two files.
@@ -45,12 +45,12 @@ from fleetrl.files import cache_dir
 from fleetrl.model.tokenizer import Tokenizer, bundled_tokenizer
 from fleetrl.types import Task
 
-LONG_VERSION = "v1"
+LONG_VERSION = "v2"  # v1 named constants in upper case, which the 3.4 M models could not copy
 SPLIT_SIZES = {"train": 600, "val": 100, "heldout": 200}  # generated in this order
 KINDS = ("value", "chain", "multi")
 WINDOW = 1024  # the context window the suite is made for (`fleetrl/configs/long.toml`)
-BIG_TOKENS = (620, 690)  # tokens of the first file as read_file shows it
-SMALL_TOKENS = (280, 340)  # ... and of the second
+BIG_TOKENS = (650, 710)  # tokens of the first file as read_file shows it
+SMALL_TOKENS = (260, 310)  # ... and of the second
 TESTS_PER_TASK = 3
 
 
@@ -105,16 +105,14 @@ class LongSpec:
 
 
 class _Names:
-    """Identifiers unique across the suite: modules, functions, locals, constants."""
+    """Identifiers unique across the suite: modules, functions, locals, constants (all lower
+    case: the shipped models' code never had upper-case names, and they cannot copy them)."""
 
     def __init__(self) -> None:
         self.taken: set[str] = set()
 
     def lower(self, rng: random.Random, lengths: tuple[int, int]) -> str:
         return fresh_name(rng, lengths, self.taken, RESERVED_FUNCTION_NAMES)
-
-    def upper(self, rng: random.Random) -> str:
-        return fresh_name(rng, (3, 4), self.taken, RESERVED_NAMES).upper()
 
 
 @functools.cache
@@ -143,7 +141,7 @@ class _Draw:
         return self.names.lower(self.rng, (3, 4))
 
     def constant(self) -> str:
-        return self.names.upper(self.rng)
+        return self.names.lower(self.rng, (3, 4))
 
     def filler_function(self) -> str:
         name = self.function()
