@@ -2,7 +2,8 @@
 replayed ones out of the loss."""
 
 from fleetrl.rollout.guidance import mask_replies, recovery_room, replies
-from fleetrl.types import Segment
+from fleetrl.rollout.worker import _stamp_guided
+from fleetrl.types import Segment, Trajectory
 
 
 def segment() -> Segment:
@@ -34,9 +35,6 @@ def test_a_sample_leaves_the_guide_the_turns_it_needs():
 def test_a_guided_episode_of_several_windows_is_guided_in_each():
     """A guide's self-summarising episode: every window is learned off-policy, stamped with
     the group's newest version; replayed replies come out of the first window only."""
-    from fleetrl.rollout.worker import _stamp_guided
-    from fleetrl.types import Trajectory
-
     windows = [segment(), segment()]
     episode = Trajectory("t", windows, 1.0, "finish", 5, 4, 0, 1.0)
     _stamp_guided(episode, 1, version=7)
