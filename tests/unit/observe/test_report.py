@@ -167,3 +167,24 @@ def test_a_second_run_is_compared_on_shared_axes(tmp_path):
     assert page.index("id='compare'") < page.index("id='reward'")
     assert images(page) == len(SECTIONS) + 1
     assert_self_contained(page)
+
+
+def test_summaries_before_and_after_training_are_shown_with_the_facts_kept(tmp_path):
+    (tmp_path / "summaries.json").write_text(
+        json.dumps(
+            {
+                "tasks": [{"task_id": "long-heldout-0000", "facts": ["bb = 76", "srh"]}],
+                "base": [{"summaries": ["x.py has `bb = 7`"], "kept": [], "reward": 0.0}],
+                "final": [{"summaries": ["x.py has `bb = 76`; <srh>"], "kept": ["bb = 76", "srh"]}],
+            }
+        )
+    )
+    page = write_report(tmp_path).read_text()
+    section = page[page.index("Summaries before and after training") :]
+    assert "long-heldout-0000" in section and "<code>bb = 76</code>" in section
+    assert "<b>base</b>: 0/2 facts kept" in section and "<b>final</b>: 2/2 facts kept" in section
+    assert "&lt;srh&gt;" in section  # the model's text is escaped
+
+
+def test_no_summaries_no_section(tmp_path):
+    assert "Summaries before and after" not in write_report(tmp_path).read_text()
