@@ -48,7 +48,9 @@ def _steps(plan: str) -> tuple[str, ...]:
     if plan == guide.RECOVER:
         return expert.RECOVER
     if plan not in PLANS:
-        raise ValueError(f"the micro expert has no plan {plan!r}")
+        raise ValueError(
+            f"the micro expert has no plan {plan!r}: choose one or more of {', '.join(PLANS)}"
+        )
     return PLANS[plan]
 
 

@@ -47,7 +47,10 @@ def suite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Task]]:
 
 
 def _digest(tasks: list[Task]) -> str:
+    # `facts` came later and is empty on micro tasks: left out, the pinned digests stay.
     records = [{**dataclasses.asdict(t), "repo": ""} for t in tasks]
+    for record in records:
+        assert record.pop("facts") == []
     return hashlib.sha256(json.dumps(records, sort_keys=True).encode()).hexdigest()
 
 
