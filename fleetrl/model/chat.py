@@ -68,6 +68,8 @@ IM_END = "<|im_end|>"
 TOOL_CALL_OPEN = "<tool_call>"
 TOOL_CALL_CLOSE = "</tool_call>"
 GENERATION_PROMPT = "<|im_start|>assistant\n"
+# One user turn of a rendered chat, its text in group 1 (what scripted experts read).
+USER_TURN = re.compile(re.escape(f"{IM_START}user\n") + "(.*?)" + re.escape(IM_END), re.DOTALL)
 
 TOOLS_HEADER = (
     "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"

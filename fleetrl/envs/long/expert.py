@@ -23,7 +23,6 @@ prompts other than the harness default.
 from __future__ import annotations
 
 import random
-import re
 from pathlib import Path
 
 from fleetrl.config import HarnessSection
@@ -33,7 +32,7 @@ from fleetrl.envs.tasks.guide import FIX, TaskCopy, scripted_completion
 from fleetrl.model.chat import (
     GENERATION_PROMPT,
     IM_END,
-    IM_START,
+    USER_TURN,
     Message,
     ToolCall,
     format_reply,
@@ -44,7 +43,6 @@ from fleetrl.types import Completion, SamplingParams, Task
 
 PLAN = FIX  # the long expert's only plan
 _DEFAULTS = HarnessSection()
-_USER_TURN = re.compile(re.escape(f"{IM_START}user\n") + "(.*?)" + re.escape(IM_END), re.DOTALL)
 _RESUME = _DEFAULTS.resume_template.split("{summary}")[0]
 
 
@@ -67,7 +65,7 @@ class LongExpert:
     def _reply(self, spec: LongSpec, context: str) -> Message:
         """The next assistant message of the episode on `spec` whose context is `context`."""
         problems = self.problems[spec.instance_id]
-        users = _USER_TURN.findall(context)
+        users = USER_TURN.findall(context)
         if users[-1] == _DEFAULTS.summary_prompt:
             return Message("assistant", spec.summary)
         turns = context.split(GENERATION_PROMPT)[1:]  # the last one: this turn, still empty
@@ -98,7 +96,7 @@ class LongExpert:
     async def generate(self, prompt_ids: list[int], params: SamplingParams) -> Completion:
         """The next reply's ids, as a model that never errs would sample them."""
         context = self.tokenizer.decode(prompt_ids)
-        match = _USER_TURN.search(context)
+        match = USER_TURN.search(context)
         spec = self._specs.get(match[1]) if match else None
         if spec is None:
             raise LookupError(f"the prompt states no problem of the expert's tasks: {context!r}")

@@ -59,7 +59,7 @@ from fleetrl.envs.tasks.mutations import find_mutations
 from fleetrl.model.chat import (
     GENERATION_PROMPT,
     IM_END,
-    IM_START,
+    USER_TURN,
     Message,
     ToolCall,
     format_reply,
@@ -80,7 +80,6 @@ UNLEARNED_STEPS = ("slip", "wrong")  # replies a model should not learn to send
 RECOVER = ("edit", "check", "finish")  # after another policy's turns that read the file
 REFUSED = "error: edit_file: 'old' text not found"  # how a refused edit's result begins
 _NAME = re.compile(r"\b[a-z_]\w*\b")  # a Python name, as `wrong_fix` swaps them
-_USER_TURN = re.compile(re.escape(f"{IM_START}user\n") + "(.*?)" + re.escape(IM_END), re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -274,7 +273,7 @@ class Expert:
 
     def _solution(self, context: str) -> _Solution:
         """The task whose problem statement is the context's (first) user turn."""
-        match = _USER_TURN.search(context)
+        match = USER_TURN.search(context)
         solution = self._solutions.get(match[1]) if match else None
         if solution is None:
             shown = match[1][:80] if match else context[:80]

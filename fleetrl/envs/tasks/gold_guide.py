@@ -36,7 +36,7 @@ from fleetrl.envs.tasks.guide import edit_windows, scripted_completion
 from fleetrl.model.chat import (
     GENERATION_PROMPT,
     IM_END,
-    IM_START,
+    USER_TURN,
     Message,
     ToolCall,
     format_reply,
@@ -48,7 +48,6 @@ from fleetrl.types import Completion, SamplingParams, Task
 READ_WHOLE = 30  # a file of more lines is read around its changes, not whole
 AROUND = 8  # lines read above the first change and below the last
 _HUNK = re.compile(r"@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
-_USER_TURN = re.compile(re.escape(f"{IM_START}user\n") + "(.*?)" + re.escape(IM_END), re.DOTALL)
 _REFUSED = ("rename from", "copy from", "deleted file mode", "Binary files", "GIT binary patch")
 
 
@@ -261,7 +260,7 @@ class GoldScript:
     def _task_id(self, context: str) -> str:
         """The task whose problem statement is in the context's first user turn (the
         longest one there, since the harness's `task_template` may wrap it)."""
-        match = _USER_TURN.search(context)
+        match = USER_TURN.search(context)
         found = [s for s in self._ids if match and s in match[1]]
         if not found:
             shown = (match[1] if match else context)[:80]
