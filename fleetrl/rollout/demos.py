@@ -7,7 +7,8 @@
           ─▶ kept iff the guide met no problem, the episode ended by `finish` without tool
              errors and, where graded, the verifier gave reward 1; else dropped with why
           ─▶ Demo per context window: the harness's own token ids and loss mask (1 = the
-             expert's replies, its summaries included)
+             expert's replies, its summaries included, less its `unlearned` ones); a window
+             with nothing left to learn is no demo
           ─▶ cached under a digest of everything they depend on
 
 Contract: a Demo's ids are exactly what the harness recorded, so a model trained on them
@@ -106,17 +107,23 @@ class _Job:
     copy: TaskCopy | None = None  # its repository is written just before the episode
 
 
-def _unlearned(ids: list[int], mask: list[int], replies: list[list[int]]) -> list[int]:
-    """`mask` with each of `replies` (expert replies not to learn from) set to 0 where it
-    occurs among the learned tokens of `ids`."""
-    mask = list(mask)
+def _unlearned(
+    segments: list[tuple[list[int], list[int]]], replies: list[list[int]]
+) -> list[list[int]]:
+    """The loss masks of `segments` ((ids, mask) per context window) with each of `replies`
+    (expert replies not to learn from) set to 0 where it first occurs among the learned
+    tokens of a window."""
+    masks = [list(mask) for _, mask in segments]
     for reply in replies:
-        starts = (i for i in range(len(ids)) if ids[i : i + len(reply)] == reply and mask[i])
-        start = next(starts, None)
-        if start is None:
+        for (ids, _), mask in zip(segments, masks, strict=True):
+            starts = (i for i in range(len(ids)) if ids[i : i + len(reply)] == reply and mask[i])
+            start = next(starts, None)
+            if start is not None:
+                mask[start : start + len(reply)] = [0] * len(reply)
+                break
+        else:
             raise ValueError("an unlearned reply is not among the episode's replies")
-        mask[start : start + len(reply)] = [0] * len(reply)
-    return mask
+    return masks
 
 
 def _verdict(job: _Job, trajectory: Trajectory, expert: Scripted) -> tuple[list[Demo], str]:
@@ -135,9 +142,10 @@ def _verdict(job: _Job, trajectory: Trajectory, expert: Scripted) -> tuple[list[
         return [], f"verifier: reward {trajectory.reward:g}, flags {trajectory.flags}"
     replies = expert.unlearned[job.task.instance_id]
     demos = []
-    for segment in trajectory.segments:
-        mask = _unlearned(segment.token_ids, segment.loss_mask, replies)
-        demos.append(Demo(job.task.instance_id, job.plan, segment.token_ids, mask))
+    windows = [(segment.token_ids, segment.loss_mask) for segment in trajectory.segments]
+    for segment, mask in zip(trajectory.segments, _unlearned(windows, replies), strict=True):
+        if any(mask):  # a window whose replies are all unlearned teaches nothing
+            demos.append(Demo(job.task.instance_id, job.plan, segment.token_ids, mask))
     return demos, ""
 
 

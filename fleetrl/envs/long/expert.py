@@ -16,6 +16,14 @@ another value, lists the problem in `problems` and is no demonstration.
 Its replies after the summary use what the summary says, not what the window lost, so a
 model that learns from its episodes learns to write the facts down and to act on them.
 
+Two plans. `fix` writes the spec's summary, which keeps every fact. `terse` writes notes
+that lose the one fact the fix cannot do without (`LongSpec.terse`): the hurried notes a
+prompted model writes. Its replies after them still fix the task, from what the expert
+knows and the notes do not say, so they are listed in `unlearned`: a model learns from a
+`terse` episode how such notes read, never to act on facts it was not given. A base
+trained on both plans summarises, but not well (about half its notes lose a fact), which
+is what RL has to improve (issue 47).
+
 Not covered: the micro expert's other plans (slips, wrong fixes), renamed copies, summary
 prompts other than the harness default.
 """
@@ -41,7 +49,8 @@ from fleetrl.model.chat import (
 from fleetrl.model.tokenizer import Tokenizer
 from fleetrl.types import Completion, SamplingParams, Task
 
-PLAN = FIX  # the long expert's only plan
+TERSE = "terse"  # notes that lose a fact; the replies after them are not learned
+PLANS = (FIX, TERSE)
 _DEFAULTS = HarnessSection()
 _RESUME = _DEFAULTS.resume_template.split("{summary}")[0]
 
@@ -55,9 +64,10 @@ class LongExpert:
     """A TokenPolicy that solves the long tasks of `tasks`; `problems[instance_id]`
     collects what went differently than the fix would go."""
 
-    def __init__(self, tasks: list[Task], tokenizer: Tokenizer) -> None:
+    def __init__(self, tasks: list[Task], tokenizer: Tokenizer, plan: str = FIX) -> None:
         """ValueError for a task that is no long task."""
         self.tokenizer = tokenizer
+        self.plan = plan
         self.problems: dict[str, list[str]] = {task.instance_id: [] for task in tasks}
         self.unlearned: dict[str, list[list[int]]] = {task.instance_id: [] for task in tasks}
         self._specs = {task.problem_statement: spec_of(task) for task in tasks}
@@ -67,7 +77,7 @@ class LongExpert:
         problems = self.problems[spec.instance_id]
         users = USER_TURN.findall(context)
         if users[-1] == _DEFAULTS.summary_prompt:
-            return Message("assistant", spec.summary)
+            return Message("assistant", spec.terse if self.plan == TERSE else spec.summary)
         turns = context.split(GENERATION_PROMPT)[1:]  # the last one: this turn, still empty
         resumed = next((i for i, u in enumerate(users) if u.startswith(_RESUME)), None)
         if resumed is None:
@@ -103,6 +113,8 @@ class LongExpert:
         message = self._reply(spec, context)
         ids = self.tokenizer.encode(format_reply(message) + IM_END)
         problems = self.problems[spec.instance_id]
+        if self.plan == TERSE and _RESUME in context:
+            self.unlearned[spec.instance_id].append(ids)
         return scripted_completion(prompt_ids, ids, params, self.tokenizer.eos_id, problems)
 
 
@@ -112,18 +124,20 @@ class LongGuide:
     sources = (Path(__file__), Path(__file__).parent / "suite.py")
 
     def steps(self, task: Task, plan: str) -> tuple[str, ...]:
-        """Read, summary, then `steps_after_summary`; ValueError for another plan."""
-        if plan != PLAN:
-            raise ValueError(f"the long expert has no plan {plan!r} (only {PLAN!r})")
+        """Read, summary, then `steps_after_summary` (both plans); ValueError for another."""
+        if plan not in PLANS:
+            raise ValueError(f"the long expert has no plan {plan!r} (only {', '.join(PLANS)})")
         return ("read", "summary", *steps_after_summary(spec_of(task)))
 
     def policy(
         self, tasks: list[Task], plan: str, tokenizer: Tokenizer, after: int = 0
     ) -> LongExpert:
         """One expert over `tasks`; ValueError for another plan or a later start."""
-        if plan != PLAN or after:
-            raise ValueError(f"the long expert follows {PLAN!r} from the first reply only")
-        return LongExpert(tasks, tokenizer)
+        if plan not in PLANS or after:
+            raise ValueError(
+                f"the long expert follows {' or '.join(PLANS)} from the first reply only"
+            )
+        return LongExpert(tasks, tokenizer, plan)
 
     def copy(self, task: Task, repo: Path, rng: random.Random, dest: Path) -> TaskCopy:
         """ValueError: the suite's 600 train tasks are its demonstrations."""

@@ -83,6 +83,7 @@ class LongSpec:
     pass_to_pass: tuple[str, ...]
     facts: tuple[str, ...]  # what the summary must keep
     summary: str  # the scripted expert's summary
+    terse: str  # the same summary less the one fact the fix cannot do without
     fixed: tuple[tuple[str, str], ...]  # the files the gold fix changes, fixed
 
     @property
@@ -210,6 +211,7 @@ def _value(draw: _Draw) -> tuple[list[tuple[str, str]], list[tuple[str, str]], d
             "facts": (f"{v} = {wrong}", c, f"{d}.py"),
             "summary": f"{m}.py has `{v} = {wrong}`; it must be {c} from {d}.py. "
             f"Next: read {d}.py.",
+            "terse": f"{m}.py has `{v} = {wrong}`; it must come from {d}.py. Next: read {d}.py.",
             "right": lambda a: a + right,
             "wrong": lambda a: a + wrong,
         },
@@ -235,6 +237,7 @@ def _chain(draw: _Draw) -> tuple[list[tuple[str, str]], list[tuple[str, str]], d
             "edits": (Edit(f"{h}.py", f"return a + {wrong}", f"return a + {right}"),),
             "facts": (str(right), g, f"{h}.py"),
             "summary": f"{c} = {right} is what {g} in {h}.py must add. Next: read {h}.py.",
+            "terse": f"{c} is what {g} in {h}.py must add. Next: read {h}.py.",
             "right": lambda a: (a + right) * 2,
             "wrong": lambda a: (a + wrong) * 2,
         },
@@ -266,6 +269,8 @@ def _multi(draw: _Draw) -> tuple[list[tuple[str, str]], list[tuple[str, str]], d
             "facts": (f"{v} = {wrong}", f"{h}.py"),
             "summary": f"{m}.py has `{v} = {wrong}`; it must be {c} from {h}.py. "
             f"Next: read {h}.py.",
+            "terse": f"{m}.py has `{v} = {wrong}`; it must be {c}. Next: read the module it "
+            "imports.",
             "right": lambda a: a * right + right,
             "wrong": lambda a: a * wrong + wrong,
         },
@@ -305,6 +310,7 @@ def _make(instance_id: str, split: str, kind: str, draw: _Draw) -> LongSpec:
         pass_to_pass=(),
         facts=parts["facts"],
         summary=parts["summary"],
+        terse=parts["terse"],
         fixed=tuple(fixed),
     )
 

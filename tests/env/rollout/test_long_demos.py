@@ -78,6 +78,23 @@ def test_the_expert_gives_two_demos_per_task_split_at_its_summary(tasks: list[Ta
         assert spec.files[0][1] not in text  # the big file stayed in the first window
 
 
+def test_terse_episodes_teach_their_notes_only(tasks: list[Task]) -> None:
+    """Plan `terse`: the verifier passes the episode, and its one demo is the first
+    window, the notes learned; the second window, all unlearned replies, is no demo."""
+    harness = CONFIG.harness
+    demos, stats = generate_demos(
+        tasks, TOKENIZER, harness, CONFIG.rollout, ["terse"], progress=False
+    )
+    assert (stats.episodes, stats.graded, stats.dropped) == (3, 3, {})
+    assert [d.task_id for d in demos] == [t.instance_id for t in tasks]
+    for task, demo in zip(tasks, demos, strict=True):
+        notes = TOKENIZER.encode(long.spec_of(task).terse + IM_END)
+        assert demo.token_ids[-len(notes) :] == notes
+        learned = [t for t, m in zip(demo.token_ids, demo.loss_mask, strict=True) if m]
+        assert learned[-len(notes) :] == notes
+        assert "read_file" in TOKENIZER.decode(learned)
+
+
 def test_without_summarisation_the_expert_makes_no_demos(tasks: list[Task]) -> None:
     demos, stats = generate_demos(tasks, TOKENIZER, OFF, CONFIG.rollout, ["fix"], progress=False)
     assert demos == [] and stats.kept == 0

@@ -35,9 +35,9 @@ def tasks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Task]]:
 
 
 def run_all(
-    tasks: list[Task], harness=HARNESS
+    tasks: list[Task], harness=HARNESS, plan: str = "fix"
 ) -> tuple[LongExpert, list[tuple[Episode, MemorySandbox]]]:
-    expert = LongExpert(tasks, TOKENIZER)
+    expert = LongExpert(tasks, TOKENIZER, plan)
 
     async def one(task: Task) -> tuple[Episode, MemorySandbox]:
         sandbox = MemorySandbox(dict(long.spec_of(task).files))
@@ -103,6 +103,33 @@ def test_the_expert_fixes_every_task_across_one_summary(tasks: list[Task]) -> No
         assert hidden_tests_pass(spec, sandbox.files) == [True] * 3, name
 
 
+def test_terse_notes_lose_one_fact_and_the_replies_after_them_are_unlearned(
+    tasks: list[Task],
+) -> None:
+    """Plan `terse`: the same fix, but the notes lose the one fact it cannot do without,
+    and every reply after them (made from what the expert knows, not from its notes) is
+    listed as unlearned; the read and the notes are not."""
+    some = tasks[:30]
+    expert, outcomes = run_all(some, plan="terse")
+    for task, (episode, sandbox) in zip(some, outcomes, strict=True):
+        spec = long.spec_of(task)
+        trajectory = episode.trajectory
+        name = task.instance_id
+        assert expert.problems[name] == [] and trajectory.finish_reason == "finish", name
+        assert trajectory.summaries == [spec.terse], name
+        missing = [fact for fact in task.facts if fact not in spec.terse]
+        assert len(missing) == 1, (name, missing)
+        assert {p: sandbox.files[p] for p, _ in spec.fixed} == dict(spec.fixed), name
+        first, second = trajectory.segments
+        replies = expert.unlearned[name]
+        assert len(replies) == len(episode.tool_log) - 1  # all but the first read
+        seen = TOKENIZER.decode(second.token_ids)
+        assert all(TOKENIZER.decode(reply) in seen for reply in replies), name
+        assert not any(
+            TOKENIZER.decode(reply) in TOKENIZER.decode(first.token_ids) for reply in replies
+        ), name
+
+
 def test_without_a_summary_the_expert_gives_up_and_says_why(tasks: list[Task]) -> None:
     """With summarisation off no summary is asked for after the big file's read: the
     expert notes it and finishes without a fix (no demonstration)."""
@@ -119,7 +146,7 @@ def test_without_a_summary_the_expert_gives_up_and_says_why(tasks: list[Task]) -
         assert sandbox.files == dict(spec.files)
 
 
-def test_the_guide_has_one_plan_and_no_copies(tasks: list[Task], tmp_path: Path) -> None:
+def test_the_guide_has_two_plans_and_no_copies(tasks: list[Task], tmp_path: Path) -> None:
     value, chain, multi = tasks[:3]
     assert (value.kind, chain.kind, multi.kind) == ("value", "chain", "multi")
     after = ("read", "edit0", "check", "finish")
@@ -133,6 +160,8 @@ def test_the_guide_has_one_plan_and_no_copies(tasks: list[Task], tmp_path: Path)
         "check",
         "finish",
     )
+    assert LONG_GUIDE.steps(value, "terse") == LONG_GUIDE.steps(value, "fix")
+    assert LONG_GUIDE.policy([value], "terse", TOKENIZER).plan == "terse"
     with pytest.raises(ValueError, match="no plan 'slip'"):
         LONG_GUIDE.steps(value, "slip")
     with pytest.raises(ValueError):
