@@ -174,13 +174,13 @@ def gains(arms: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]:
 def document(
     split: str, base: Path, trained: Path, arms: dict[str, dict[str, Any]]
 ) -> dict[str, Any]:
-    """The `--json` output: the arms in ARMS order and the paired gains."""
+    """The `--json` output: the arms at the top level in ARMS order (the issue's
+    interface), the checkpoints they ran, and the paired gains."""
     ordered = {arm: arms[arm] for arm in ARMS}
     return {
         "split": split,
-        "base": str(base),
-        "trained": str(trained),
-        "arms": ordered,
+        "models": {"base": str(base), "trained": str(trained)},
+        **ordered,
         "gains": gains(ordered),
     }
 

@@ -140,11 +140,13 @@ def _print(document: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    arms = document["arms"]
-    first = next(iter(arms.values()))
+    from fleetrl.bench.horizon import ARMS
+
+    arms = {name: document[name] for name in ARMS}
+    models = document["models"]
     table = Table(
-        title=f"long horizons: {document['split']}, {first['tasks']} tasks "
-        f"(trained {document['trained']}, base {document['base']})"
+        title=f"long horizons: {document['split']}, {arms['trained']['tasks']} tasks "
+        f"(trained {models['trained']}, base {models['base']})"
     )
     columns = ["arm", "T", "pass@1", "95% CI", "compaction error", "tokens/solved",
                "summary tokens", "summaries", "episodes", "finish reasons"]  # fmt: skip

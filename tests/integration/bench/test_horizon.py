@@ -37,19 +37,19 @@ def test_bench_horizon_runs_four_arms_on_held_out_long_tasks(tiny_checkpoint, tm
     assert result.exit_code == 0, result.output
     doc = json.loads(result.output)
     assert json.loads(out.read_text()) == doc
-    assert (doc["split"], doc["base"], doc["trained"]) == ("heldout", model, model)
-    assert list(doc["arms"]) == list(ARMS)
-    for name, arm in doc["arms"].items():
+    assert list(doc) == ["split", "models", *ARMS, "gains"]
+    assert (doc["split"], doc["models"]) == ("heldout", {"base": model, "trained": model})
+    for name, arm in ((name, doc[name]) for name in ARMS):
         assert set(arm) >= ARM_KEYS, name
         assert (arm["episodes"], arm["tasks"], arm["temperature"]) == (2, 2, 1.0)
         assert set(arm["task_passes"]) == {"long-heldout-0000", "long-heldout-0001"}
         assert sum(arm["finish_reasons"].values()) == 2
     for name in ("none", "truncate"):  # no summarisation: never a summary
-        arm = doc["arms"][name]
+        arm = doc[name]
         assert arm["summaries"] == 0 and arm["compaction_error"] is None
         assert arm["summary_tokens"] is None
     for name in ("prompted", "trained"):  # may summarise; then its figures are there
-        arm = doc["arms"][name]
+        arm = doc[name]
         assert (arm["compaction_error"] is None) == (arm["summaries"] == 0)
     assert set(doc["gains"]) == {"trained_vs_truncate", "trained_vs_prompted"}
     for gain in doc["gains"].values():

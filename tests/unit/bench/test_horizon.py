@@ -146,18 +146,18 @@ def test_the_document_has_four_arms_and_gains_in_points():
         result = summarise(runs, len(tasks), 1.0, temperature=0.5)
         arms[arm] = arm_report(arm, result, runs, facts, Words())
     doc = json.loads(json.dumps(document("heldout", Path("b"), Path("t"), arms)))
-    assert list(doc["arms"]) == list(ARMS)
-    assert (doc["split"], doc["base"], doc["trained"]) == ("heldout", "b", "t")
-    for arm, report in doc["arms"].items():
+    assert list(doc) == ["split", "models", *ARMS, "gains"]
+    assert (doc["split"], doc["models"]) == ("heldout", {"base": "b", "trained": "t"})
+    for arm, report in ((arm, doc[arm]) for arm in ARMS):
         assert set(report) >= ARM_KEYS, arm
         assert report["episodes"] == 4 and report["tasks"] == 4 and report["temperature"] == 0.5
-    none, trained = doc["arms"]["none"], doc["arms"]["trained"]
+    none, trained = doc["none"], doc["trained"]
     assert none["summaries"] == 0 and none["compaction_error"] is None
     assert none["tokens_per_solved"] is None and none["pass_at_1"] == 0.0
     assert trained["compaction_error"] == pytest.approx(1 / 3)
     assert trained["tokens_per_solved"] == pytest.approx(4 * 70 / 3)
     assert trained["summary_tokens"] == 4.0 and trained["summaries"] == 4
-    assert (trained["model"], doc["arms"]["prompted"]["model"]) == ("trained", "base")
+    assert (trained["model"], doc["prompted"]["model"]) == ("trained", "base")
     assert set(doc["gains"]) == {"trained_vs_truncate", "trained_vs_prompted"}
     over_truncate = doc["gains"]["trained_vs_truncate"]
     assert over_truncate["points"] == pytest.approx(50.0)
