@@ -30,6 +30,14 @@ from fleetrl.config import TrainerSection
 from fleetrl.model.qwen3 import Qwen3
 from fleetrl.trainer.advantages import Estimator, group_advantages
 from fleetrl.trainer.loss import MEASURED_METRICS, loss_normalizer, policy_loss
+from fleetrl.trainer.parallel import (
+    ONE_RANK,
+    Ranks,
+    all_sum,
+    clip_grad_norm,
+    most_per_rank,
+    share,
+)
 from fleetrl.types import Segment, Trajectory
 
 
@@ -170,6 +178,7 @@ class MicroBatch:
     batch: SequenceBatch
     proximal: torch.Tensor | None  # [B, T] log π_prox; None: the first forward's, detached
     reference: torch.Tensor | None  # [B, T] log π_ref, with a KL term only
+    idle: bool = False  # run for the other ranks' sake only: its loss counts 0
 
 
 def minibatches(samples: list[TrainSample], parts: int) -> list[list[TrainSample]]:
@@ -187,18 +196,25 @@ def _prepare(
     reference: Qwen3 | None,
     proximal: bool,
     bf16: bool,
+    ranks: Ranks,
 ) -> list[MicroBatch]:
-    """Collate one minibatch into micro-batches with their fixed logprobs, before any
-    update: π_prox when `proximal` (every minibatch after the first), π_ref with a KL term."""
+    """Collate this rank's share of one minibatch into micro-batches with their fixed
+    logprobs, before any update: π_prox when `proximal` (every minibatch after the first),
+    π_ref with a KL term. Every rank gets as many micro-batches as the busiest one: the
+    missing ones are idle (the minibatch's first sample, its loss not counted)."""
+    mine = share(part, ranks)
+    size = config.micro_batch_size
+    count = -(-most_per_rank(len(part), ranks) // size)
     prepared = []
-    for first in range(0, len(part), config.micro_batch_size):
-        batch = collate(part[first : first + config.micro_batch_size], 0, config.router_replay)
+    for index in range(count):
+        chunk = mine[index * size : (index + 1) * size]
+        batch = collate(chunk or part[:1], 0, config.router_replay)
         with torch.no_grad():
             prox = token_logprobs(model, batch, bf16)[0] if proximal else None
             ref = None
             if config.kl_coef > 0 and reference is not None:
                 ref = token_logprobs(reference, batch, bf16)[0]
-        prepared.append(MicroBatch(batch, prox, ref))
+        prepared.append(MicroBatch(batch, prox, ref, idle=not chunk))
     return prepared
 
 
@@ -208,10 +224,15 @@ def train_step(
     samples: list[TrainSample],
     config: TrainerSection,
     reference: Qwen3 | None = None,
+    ranks: Ranks = ONE_RANK,
 ) -> StepStats:
     """One trainer step over `samples`: `config.minibatches` optimizer steps against one
     proximal policy (the weights at entry); returns what it measured (loss and grad_norm:
     means over the minibatches; the rest over every token or sample).
+
+    With several `ranks` (`model` sharded by `fleetrl.trainer.parallel.shard_model`) every
+    rank passes the whole batch and trains its share of it; the step and what it measured
+    are the same as one rank's, up to float summation order.
 
     `reference` (a frozen model) is needed when the loss has a KL term (`kl_coef > 0`).
     Matmuls run in bfloat16 under autocast (master weights, logprobs and loss stay float32)
@@ -226,7 +247,7 @@ def train_step(
     # π_prox is fixed for the whole step: every minibatch's ratio is against the weights
     # at entry. The first minibatch needs no extra forward: its own is at those weights.
     prepared = [
-        _prepare(model, part, config, reference, index > 0, bf16)
+        _prepare(model, part, config, reference, index > 0, bf16, ranks)
         for index, part in enumerate(parts)
     ]
     # Sums of the loss's per-token statistics, each weighted by the tokens it is a mean
@@ -259,7 +280,13 @@ def train_step(
                 reference=micro.reference,
                 measured=measured,
             )
-            out.loss.backward()
+            if micro.idle:  # the backward's collectives only
+                (out.loss * 0.0).backward()
+                for name in out.metrics:
+                    weighted.setdefault(name, 0.0)
+                    totals.setdefault(name, 0.0)
+                continue
+            (out.loss * ranks.world).backward()  # FSDP averages the ranks' gradients
             tokens, sampled = float(batch.mask.sum()), float(measured.sum())
             for name, value in out.metrics.items():
                 if name == "loss_tokens":
@@ -272,11 +299,16 @@ def train_step(
                 totals[name] = totals.get(name, 0.0) + weight
             loss_sum += out.loss.item()
             entropy_sum += float((entropy * batch.mask).sum())
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
-        grad_norm_sum += float(grad_norm)
+        grad_norm_sum += clip_grad_norm(model, config.max_grad_norm)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
     model.eval()
+    names = sorted(weighted)
+    summed = all_sum([weighted[n] for n in names] + [totals[n] for n in names], ranks)
+    n = len(names)
+    weighted = dict(zip(names, summed[:n], strict=True))
+    totals = dict(zip(names, summed[n:], strict=True))
+    loss_sum, entropy_sum = all_sum([loss_sum, entropy_sum], ranks)
     mask_total = sum(sum(s.segment.loss_mask[1:]) for s in samples)
     per_token = max(mask_total, 1)
     means = {

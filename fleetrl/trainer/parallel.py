@@ -1,0 +1,108 @@
+"""The trainer across processes: ranks, the sharded model, each rank's share of a batch.
+
+    torchrun --nproc-per-node N ─▶ RANK, WORLD_SIZE, MASTER_ADDR, … in the environment
+        ─▶ init_ranks: one process group (gloo on CPU, NCCL on CUDA)
+        ─▶ shard_model: FSDP2 (`fully_shard`) per decoder layer, then the whole model;
+           each rank holds 1/N of every parameter and of its AdamW state
+        ─▶ a step (`fleetrl.trainer.step.train_step`): every rank holds the whole batch,
+           so the advantages and the loss's normaliser are those of all of it; each rank
+           trains its samples (`share`) and the ranks' gradients add up, so N ranks
+           take the step one rank would
+
+Ranks run the same number of forward and backward passes (FSDP2's collectives pair them
+up): a rank with fewer samples runs `idle` micro-batches that carry no loss.
+
+Without torchrun (no WORLD_SIZE, or 1) the trainer is one process: `Ranks()`, no process
+group, nothing sharded.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import TypeVar
+
+import torch
+import torch.distributed as dist
+from torch.distributed.fsdp import FSDPModule, fully_shard
+from torch.distributed.tensor import DTensor
+
+from fleetrl.model.qwen3 import Qwen3
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Ranks:
+    """Where this process stands among the trainer's processes."""
+
+    rank: int = 0
+    world: int = 1
+
+    @property
+    def distributed(self) -> bool:
+        """Whether there is more than one rank (and a process group)."""
+        return self.world > 1
+
+    @property
+    def leader(self) -> bool:
+        """Rank 0: the one that speaks for the trainer (logs, control files)."""
+        return self.rank == 0
+
+
+ONE_RANK = Ranks()  # the trainer as one process
+
+
+def init_ranks() -> Ranks:
+    """This process's ranks as torchrun (or the Ray launcher) set them in the environment;
+    one rank without them. Joins the process group: gloo on CPU, NCCL on CUDA."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world == 1:
+        return ONE_RANK
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    return Ranks(dist.get_rank(), dist.get_world_size())
+
+
+def shard_model(model: Qwen3, ranks: Ranks) -> Qwen3:
+    """`model` sharded over `ranks` with FSDP2 (unchanged on one rank). FSDP averages the
+    ranks' gradients; `train_step` scales each rank's loss by N, so that they add up to the
+    batch's (the normaliser counts the whole batch)."""
+    if not ranks.distributed:
+        return model
+    for layer in model.model.layers:
+        fully_shard(layer)
+    fully_shard(model)  # the embedding (tied to the output head), the final norm
+    assert isinstance(model, FSDPModule)
+    return model
+
+
+def clip_grad_norm(model: torch.nn.Module, max_norm: float) -> float:
+    """Scale the gradients to a global norm of at most `max_norm`; returns the norm before.
+    Sharded gradients' norm is the whole model's, not this rank's shard's."""
+    parameters = [p for p in model.parameters() if p.grad is not None]
+    norm = torch.nn.utils.get_total_norm([p.grad for p in parameters])
+    if isinstance(norm, DTensor):
+        norm = norm.full_tensor()
+    torch.nn.utils.clip_grads_with_norm_(parameters, max_norm, norm)
+    return float(norm)
+
+
+def share(items: list[T], ranks: Ranks) -> list[T]:
+    """This rank's items of `items`: every N-th, from its rank on."""
+    return items[ranks.rank :: ranks.world]
+
+
+def most_per_rank(count: int, ranks: Ranks) -> int:
+    """How many of `count` items the rank with the most gets (rank 0's share)."""
+    return -(-count // ranks.world)
+
+
+def all_sum(values: list[float], ranks: Ranks) -> list[float]:
+    """`values` summed over the ranks (float64; as they are on one rank)."""
+    if not ranks.distributed:
+        return values
+    device = "cuda" if dist.get_backend() == "nccl" else "cpu"
+    total = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(total)
+    return total.tolist()

@@ -1,0 +1,99 @@
+"""The trainer at 2 ranks (FSDP2 over gloo, two real processes) takes the step it takes at
+1: the same loss, gradient norm and updated weights, within float tolerance, with the
+batch split by samples, micro-batches accumulated (one rank idles through one) and the
+Dr. GRPO normaliser counted over the whole batch."""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import asdict
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+from fleetrl.config import TrainerSection
+from fleetrl.trainer.parallel import ONE_RANK, Ranks, init_ranks, shard_model, share
+from fleetrl.trainer.step import TrainSample, train_step
+from tests.unit.trainer.test_loss import make_segment, sgd, tiny_model
+
+# SGD at lr 1, unclipped: the update is the gradient itself, so a gradient averaged
+# instead of summed over ranks shows (AdamW's first step would hide it). Two minibatches:
+# two optimizer steps, the second from weights the first updated in shards.
+CONFIG = TrainerSection(bf16=False, minibatches=2, micro_batch_size=1, max_grad_norm=1e9)
+ADVANTAGES = [0.75, -0.25, 0.5, -0.5, -0.5]
+SHARES = [0.5, 0.5, 1.0, 1.0, 1.0]  # the first trajectory took two contexts
+
+
+def samples(model: torch.nn.Module) -> list[TrainSample]:
+    """Five segments of different lengths (every rank builds the same ones)."""
+    completions = [[3, 4], [5, 6, 7, 8], [9], [10, 11, 12], [13, 14, 15, 16, 17, 18]]
+    return [
+        TrainSample(make_segment(model, [1, 2], completion), advantage, part)
+        for completion, advantage, part in zip(completions, ADVANTAGES, SHARES, strict=True)
+    ]
+
+
+def one_step(ranks: Ranks) -> tuple[dict, dict[str, torch.Tensor]]:
+    """The stats of one train_step of the tiny model at `ranks`, and its full weights."""
+    torch.manual_seed(0)
+    model = tiny_model()
+    batch = samples(model)
+    model = shard_model(model, ranks)
+    stats = train_step(model, sgd(model), batch, CONFIG, ranks=ranks)
+    if not ranks.distributed:
+        return asdict(stats), model.state_dict()
+    full = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    return asdict(stats), get_model_state_dict(model, options=full)
+
+
+def _rank_main(rank: int, world: int, port: int, out: str) -> None:
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world)
+    )
+    torch.set_num_threads(1)
+    ranks = init_ranks()
+    try:
+        stats, state = one_step(ranks)
+        if ranks.leader:
+            torch.save({"stats": stats, "state": state}, out)
+    finally:
+        dist.destroy_process_group()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    out = tmp_path_factory.mktemp("ranks") / "two.pt"
+    mp.start_processes(_rank_main, args=(2, free_port(), str(out)), nprocs=2, start_method="spawn")
+    return torch.load(out)
+
+
+def test_two_ranks_take_the_step_one_rank_takes(two_ranks: dict) -> None:
+    torch.set_num_threads(1)
+    stats, state = one_step(ONE_RANK)
+    for name in ("loss", "grad_norm", "entropy", "mismatch_abs_logprob", "loss_tokens"):
+        assert two_ranks["stats"][name] == pytest.approx(stats[name], rel=1e-5, abs=1e-7), name
+    assert two_ranks["stats"]["train_sequences"] == stats["train_sequences"] == 5
+    assert set(two_ranks["state"]) == set(state)
+    moved = 0
+    for name, weight in state.items():
+        before = tiny_model().state_dict()[name]
+        assert torch.allclose(two_ranks["state"][name], weight, rtol=1e-5, atol=1e-6), name
+        moved += not torch.equal(weight, before)
+    assert moved > len(state) // 2  # the step changed the weights (the test can fail)
+
+
+def test_each_rank_takes_every_nth_sample() -> None:
+    items = list(range(5))
+    assert share(items, Ranks(0, 2)) == [0, 2, 4]
+    assert share(items, Ranks(1, 2)) == [1, 3]
+    assert share(items, ONE_RANK) == items
