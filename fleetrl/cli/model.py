@@ -216,6 +216,7 @@ def serve(
 def channel_sink(url: str, region: str) -> GroupSink:
     """Rewarded groups into the trajectory channel of the run in the store at `url`, as
     region `region` (`fleetrl.store.trajectories`); fails at once when no run is there."""
+    from fleetrl.store.errors import StoreAccessError
     from fleetrl.store.objectstore import BadStoreURL, StoreUnreachable, open_store
     from fleetrl.store.run import CONFIG_KEY
     from fleetrl.store.trajectories import RegionReport, TrajectoryChannel
@@ -225,7 +226,7 @@ def channel_sink(url: str, region: str) -> GroupSink:
         store = open_store(url)
         if not store.exists(CONFIG_KEY):
             raise fail(f"--store {url}: no run there (make one with `fleetrl run create`)")
-    except (BadStoreURL, StoreUnreachable) as err:
+    except (BadStoreURL, StoreUnreachable, StoreAccessError) as err:
         raise fail(str(err)) from None
     channel = TrajectoryChannel(store)
 

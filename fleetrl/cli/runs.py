@@ -55,15 +55,17 @@ def run_create(
     config = run_config(config_file, set_, {})
     from fleetrl.model.checkpoint import resolve_checkpoint
     from fleetrl.orchestrate.run import RunExists, create_run
+    from fleetrl.store.errors import StoreAccessError
     from fleetrl.store.objectstore import BadStoreURL, StoreUnreachable, open_store
     from fleetrl.store.run import CONFIG_KEY
 
-    # The store first: a bad URL, an unreachable store or an existing run fails at once,
-    # before the tasks are loaded (create_run checks again, with the full outage window).
+    # The store first: a bad URL, an unreachable or refusing store or an existing run fails
+    # at once, before the tasks are loaded (create_run checks again, with the full outage
+    # window).
     try:
         if open_store(store, outage_s=QUICK_OUTAGE_S).exists(CONFIG_KEY):
             raise fail(f"{store} already holds a run ({CONFIG_KEY})")
-    except (BadStoreURL, StoreUnreachable) as err:
+    except (BadStoreURL, StoreUnreachable, StoreAccessError) as err:
         raise fail(str(err)) from None
 
     base = resolve_checkpoint(config.model.path)
@@ -78,7 +80,7 @@ def run_create(
         raise fail(str(err)) from None
     try:
         create_run(config, store)
-    except (RunExists, OSError) as err:
+    except (RunExists, OSError) as err:  # OSError: StoreAccessError (no write access) among them
         raise fail(str(err)) from None
     typer.echo(f"created run {config.name!r} in {store}")
 
@@ -91,6 +93,7 @@ def trainer_command(store: StoreOption = "", workdir: WorkdirOption = None) -> N
         raise fail("--store is required")
     from fleetrl.config import ConfigError
     from fleetrl.orchestrate.roles import START_ERRORS, start_trainer, train
+    from fleetrl.store.errors import StoreAccessError
     from fleetrl.store.objectstore import StoreUnreachable
 
     try:
@@ -101,7 +104,7 @@ def trainer_command(store: StoreOption = "", workdir: WorkdirOption = None) -> N
         raise fail(str(err)) from None
     try:
         code = train(started)
-    except ConfigError as err:  # a setting the run itself refuses: one line too
+    except (ConfigError, StoreAccessError) as err:  # a setting or a store that refuses: one line
         raise fail(str(err)) from None
     except StoreUnreachable as err:
         raise lost_store(err) from None
@@ -153,6 +156,7 @@ def region_command(
         raise fail("--link-mbps needs --regional-store and a bandwidth > 0")
     from fleetrl.config import ConfigError, parse_overrides
     from fleetrl.orchestrate.roles import START_ERRORS, roll_out, start_region
+    from fleetrl.store.errors import StoreAccessError
     from fleetrl.store.objectstore import StoreUnreachable
 
     link = link_mbps * 1e6 / 8 if link_mbps is not None else None
@@ -165,7 +169,7 @@ def region_command(
         raise fail(str(err)) from None
     try:
         code = roll_out(started, name, link)
-    except ConfigError as err:
+    except (ConfigError, StoreAccessError) as err:
         raise fail(str(err)) from None
     except StoreUnreachable as err:
         raise lost_store(err) from None
@@ -184,6 +188,7 @@ def status_command(
         raise fail("--store is required")
     from fleetrl.orchestrate.status import as_json as status_json
     from fleetrl.orchestrate.status import run_status
+    from fleetrl.store.errors import StoreAccessError
     from fleetrl.store.objectstore import BadStoreURL, StoreUnreachable, open_store
     from fleetrl.store.run import RunNotFound, read_config_text
 
@@ -191,7 +196,7 @@ def status_command(
         opened = open_store(store, outage_s=QUICK_OUTAGE_S)
         read_config_text(opened)
         status = run_status(opened)
-    except (BadStoreURL, StoreUnreachable, RunNotFound) as err:
+    except (BadStoreURL, StoreUnreachable, StoreAccessError, RunNotFound) as err:
         raise fail(str(err)) from None
     if as_json:
         typer.echo(json.dumps(status_json(status), indent=2))

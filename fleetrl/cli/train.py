@@ -58,6 +58,7 @@ def train(
     if launcher not in ("local", "ray"):
         raise fail(f"--launcher must be local or ray, not {launcher!r}")
     from fleetrl.orchestrate.local import RunFailed, run_local
+    from fleetrl.store.errors import StoreAccessError
 
     base = resolve_checkpoint(config.model.path)
     if not (base / "config.json").is_file():
@@ -82,7 +83,7 @@ def train(
             summary = run_local(config, run_dir, regions=regions)
         else:
             summary = _train_on_ray(config, run_dir, regions)
-    except RunFailed as err:
+    except (RunFailed, StoreAccessError) as err:  # StoreAccessError: the run's store refuses
         raise fail(str(err)) from None
     except KeyboardInterrupt:
         typer.secho(

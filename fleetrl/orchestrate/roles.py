@@ -34,6 +34,7 @@ from fleetrl.config import ConfigError, RunConfig, check_trainable, with_overrid
 from fleetrl.files import file_in_the_way
 from fleetrl.orchestrate.run import open_run, read_run_config
 from fleetrl.store.control import Fenced
+from fleetrl.store.errors import StoreAccessError
 from fleetrl.store.manifest import LATEST_KEY
 from fleetrl.store.objectstore import BadStoreURL, ObjectStore, StoreUnreachable, open_store
 from fleetrl.store.run import RunNotFound
@@ -46,7 +47,14 @@ class BadWorkdir(ValueError):
 
 
 # What a role's start-up raises for a user's mistake, each with a one-line message.
-START_ERRORS = (BadStoreURL, StoreUnreachable, RunNotFound, ConfigError, BadWorkdir)
+START_ERRORS = (
+    BadStoreURL,
+    StoreUnreachable,
+    StoreAccessError,
+    RunNotFound,
+    ConfigError,
+    BadWorkdir,
+)
 
 
 @dataclass(frozen=True)

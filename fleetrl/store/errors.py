@@ -1,4 +1,12 @@
-"""Errors of the weight store: each names the version and object concerned."""
+"""Errors of the store: a store that refuses this process, and the weight store's errors,
+each naming the store, version or object concerned."""
+
+
+class StoreAccessError(PermissionError):
+    """The store answered but will not serve this process: access denied (credentials, a
+    bucket's policy, a folder's owner or mode) or an S3 bucket that does not exist. The
+    message is one line naming the store and what to check; never retried, since trying
+    again cannot help (a PermissionError, which `is_transient` rules out)."""
 
 
 class WeightStoreError(RuntimeError):

