@@ -163,13 +163,19 @@ def load_pretrained(path: str | Path, dtype: torch.dtype | None = None) -> Qwen3
     return model.eval()
 
 
-def save_pretrained(model: Qwen3, path: str | Path, max_shard_bytes: int = 2 * 1024**3) -> None:
-    """Write `model` as a Hugging Face checkpoint (sharded above `max_shard_bytes`)."""
+def save_pretrained(
+    model: Qwen3,
+    path: str | Path,
+    max_shard_bytes: int = 2 * 1024**3,
+    state: dict[str, torch.Tensor] | None = None,
+) -> None:
+    """Write `model` as a Hugging Face checkpoint (sharded above `max_shard_bytes`);
+    `state`: its weights where the model holds only a shard of them (gathered)."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     state = {
         name: tensor.detach().contiguous().cpu()
-        for name, tensor in model.state_dict().items()
+        for name, tensor in (model.state_dict() if state is None else state).items()
         if not (model.config.tie_word_embeddings and name == "lm_head.weight")
     }
     dtype = next(iter(state.values())).dtype

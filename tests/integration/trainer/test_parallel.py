@@ -1,13 +1,16 @@
 """The trainer at 2 ranks (FSDP2 over gloo, two real processes) takes the step it takes at
 1: the same loss, gradient norm and updated weights, within float tolerance, with the
 batch split by samples, micro-batches accumulated (one rank idles through one) and the
-Dr. GRPO normaliser counted over the whole batch."""
+Dr. GRPO normaliser counted over the whole batch. A checkpoint saved at 2 ranks resumes
+at 1 and one saved at 1 resumes at 2: the next AdamW step (which depends on the moments)
+is the same as the saving side's own."""
 
 from __future__ import annotations
 
 import os
 import socket
 from dataclasses import asdict
+from pathlib import Path
 
 import pytest
 import torch
@@ -16,6 +19,8 @@ import torch.multiprocessing as mp
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
 from fleetrl.config import TrainerSection
+from fleetrl.store.objectstore import open_store
+from fleetrl.trainer.checkpoints import load_checkpoint, save_checkpoint
 from fleetrl.trainer.parallel import ONE_RANK, Ranks, init_ranks, shard_model, share
 from fleetrl.trainer.step import TrainSample, train_step
 from tests.unit.trainer.test_loss import make_segment, sgd, tiny_model
@@ -60,6 +65,7 @@ def _rank_main(rank: int, world: int, port: int, out: str) -> None:
         stats, state = one_step(ranks)
         if ranks.leader:
             torch.save({"stats": stats, "state": state}, out)
+        dist.barrier()  # neither rank leaves while the other still talks to it
     finally:
         dist.destroy_process_group()
 
@@ -97,3 +103,64 @@ def test_each_rank_takes_every_nth_sample() -> None:
     assert share(items, Ranks(0, 2)) == [0, 2, 4]
     assert share(items, Ranks(1, 2)) == [1, 3]
     assert share(items, ONE_RANK) == items
+
+
+def adam_steps(ranks: Ranks, store: str, save_after_first: bool) -> dict[str, torch.Tensor]:
+    """Two AdamW steps of the tiny model at `ranks`, the first one from the checkpoint in
+    `store` or, with `save_after_first`, saved there; the full weights after the second."""
+    torch.manual_seed(0)
+    model = tiny_model()
+    batch = samples(model)
+    model = shard_model(model, ranks)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    run = open_store(store)
+    if save_after_first:
+        train_step(model, optimizer, batch, CONFIG, ranks=ranks)
+        save_checkpoint(run, 1, model, optimizer, {"step": 1}, [b"g"], ranks=ranks)
+    else:
+        assert load_checkpoint(run, model, optimizer, ranks) == ({"step": 1}, [b"g"])
+    train_step(model, optimizer, batch[::-1], CONFIG, ranks=ranks)
+    full = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    return get_model_state_dict(model, options=full)
+
+
+def _resume_main(rank: int, world: int, port: int, store: str, save: bool, out: str) -> None:
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world)
+    )
+    torch.set_num_threads(1)
+    ranks = init_ranks()
+    try:
+        state = adam_steps(ranks, store, save)
+        if ranks.leader:
+            torch.save(state, out)
+        dist.barrier()  # neither rank leaves while the other still talks to it
+    finally:
+        dist.destroy_process_group()
+
+
+def at_two_ranks(store: Path, save: bool, out: Path) -> dict[str, torch.Tensor]:
+    args = (2, free_port(), str(store), save, str(out))
+    mp.start_processes(_resume_main, args=args, nprocs=2, start_method="spawn")
+    return torch.load(out)
+
+
+@pytest.mark.parametrize("saved_at", [2, 1])
+def test_a_checkpoint_resumes_at_another_number_of_ranks(saved_at: int, tmp_path: Path):
+    torch.set_num_threads(1)
+    store = tmp_path / "store"
+    if saved_at == 2:
+        saver = at_two_ranks(store, True, tmp_path / "saver.pt")
+        resumer = adam_steps(ONE_RANK, str(store), save_after_first=False)
+    else:
+        saver = adam_steps(ONE_RANK, str(store), save_after_first=True)
+        resumer = at_two_ranks(store, False, tmp_path / "resumer.pt")
+    assert set(saver) == set(resumer)
+    for name, weight in saver.items():
+        assert torch.allclose(resumer[name], weight, rtol=1e-5, atol=1e-6), name
+    assert {
+        key.split("/")[3] for key in open_store(str(store)).list("checkpoints/step_000001/dcp/")
+    } >= {
+        ".metadata",
+        *(f"__{rank}_0.distcp" for rank in range(saved_at)),
+    }
