@@ -258,8 +258,8 @@ class FsspecStore(ObjectStore):
         except PermissionError as err:
             raise self._refused(what, err) from err
         except Exception as err:
-            if not (is_transient(err) or lacks_credentials(err)):
-                raise
+            if self.local or not (is_transient(err) or lacks_credentials(err)):
+                raise  # a local folder has no outage: its errors are its answer
             reason = str(err) or type(err).__name__
             if lacks_credentials(err):
                 reason += " (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)"
