@@ -60,6 +60,11 @@ def steps_after_summary(spec: LongSpec) -> tuple[str, ...]:
     return ("read", *(f"edit{i}" for i in range(len(spec.edits))), "check", "finish")
 
 
+def _opens_on_notes(users: list[str]) -> bool:
+    """Whether a window whose user turns are `users` opens on the summary's notes."""
+    return any(user.startswith(_RESUME) for user in users)
+
+
 class LongExpert:
     """A TokenPolicy that solves the long tasks of `tasks`; `problems[instance_id]`
     collects what went differently than the fix would go."""
@@ -72,15 +77,14 @@ class LongExpert:
         self.unlearned: dict[str, list[list[int]]] = {task.instance_id: [] for task in tasks}
         self._specs = {task.problem_statement: spec_of(task) for task in tasks}
 
-    def _reply(self, spec: LongSpec, context: str) -> Message:
-        """The next assistant message of the episode on `spec` whose context is `context`."""
+    def _reply(self, spec: LongSpec, context: str, users: list[str]) -> Message:
+        """The next assistant message of the episode on `spec` whose context is `context`
+        (its user turns: `users`)."""
         problems = self.problems[spec.instance_id]
-        users = USER_TURN.findall(context)
         if users[-1] == _DEFAULTS.summary_prompt:
             return Message("assistant", spec.terse if self.plan == TERSE else spec.summary)
         turns = context.split(GENERATION_PROMPT)[1:]  # the last one: this turn, still empty
-        resumed = next((i for i, u in enumerate(users) if u.startswith(_RESUME)), None)
-        if resumed is None:
+        if not _opens_on_notes(users):
             if len(turns) > 1:
                 problems.append("no summary was asked for after the big file's read")
                 return Message("assistant", "", [ToolCall("finish", {})])
@@ -106,14 +110,14 @@ class LongExpert:
     async def generate(self, prompt_ids: list[int], params: SamplingParams) -> Completion:
         """The next reply's ids, as a model that never errs would sample them."""
         context = self.tokenizer.decode(prompt_ids)
-        match = USER_TURN.search(context)
-        spec = self._specs.get(match[1]) if match else None
+        users = USER_TURN.findall(context)
+        spec = self._specs.get(users[0]) if users else None
         if spec is None:
             raise LookupError(f"the prompt states no problem of the expert's tasks: {context!r}")
-        message = self._reply(spec, context)
+        message = self._reply(spec, context, users)
         ids = self.tokenizer.encode(format_reply(message) + IM_END)
         problems = self.problems[spec.instance_id]
-        if self.plan == TERSE and _RESUME in context:
+        if self.plan == TERSE and _opens_on_notes(users):
             self.unlearned[spec.instance_id].append(ids)
         return scripted_completion(prompt_ids, ids, params, self.tokenizer.eos_id, problems)
 
