@@ -70,7 +70,9 @@ __all__ = [
     "FollowerState",
     "Held",
     "MissingWeights",
+    "PublishPlan",
     "PublishResult",
+    "PublishedPart",
     "WeightStore",
     "WeightStoreError",
     "WeightStoreOptions",
@@ -127,6 +129,30 @@ class PublishResult:
         return 1 - self.changed / self.elements if self.elements else 1.0
 
 
+@dataclass(frozen=True)
+class PublishPlan:
+    """What every part of one version agrees on before any is written."""
+
+    version: int
+    base: int | None  # version the deltas are against (None: full snapshot only)
+    full: bool  # a full snapshot is written
+    tag: str  # unique per publish: names its data objects (see shards.DeltaWriter)
+    created: float  # unix time
+
+
+@dataclass
+class PublishedPart:
+    """What one part of a version wrote: its tensors' entries and data objects, its cost."""
+
+    tensors: dict[str, TensorEntry]
+    objects: dict[str, int]  # data object name → bytes
+    elements: int = 0  # elements of its tensors (aliases counted once)
+    nbytes: int = 0  # their bytes as published
+    changed: int = 0  # elements whose bits differ from the base
+    hash_s: float = 0.0
+    encode_s: float = 0.0
+
+
 @dataclass
 class FetchResult:
     """A reconstructed, verified version."""
@@ -167,6 +193,7 @@ class WeightStore:
         self._served = _floating_dtype(self.options.publish_dtype)
         # The publisher's previous version, the base of the next delta (own copies).
         self._previous: tuple[int, dict[str, Buffer]] | None = None
+        self._staged: tuple[int, dict[str, Buffer]] | None = None  # written, not committed
         self._last_full: int | None = None
         self._manifests: OrderedDict[int, Manifest] = OrderedDict()  # committed: immutable
         self._manifest_bytes_read = 0  # manifests downloaded (a fetch reports its share)
@@ -265,6 +292,29 @@ class WeightStore:
         against the previous version, plus a full snapshot every `full_every` versions (and
         for the first). Commits by writing the manifest, then LATEST, after all data
         objects."""
+        start = time.perf_counter()
+        plan = self.plan(version)
+        try:
+            entries, given, hash_s = self.prepare(state_dict)
+            link_aliases(entries)
+            part = self.write_part(plan, entries, given)
+            part.hash_s += hash_s
+            result = self.commit(plan, [part], list(entries), start)
+        except BaseException:
+            self.forget()
+            raise
+        self.accept(plan)
+        return result
+
+    # A version can also be published in parts, one per process of a sharded trainer
+    # (`fleetrl.trainer.publish`): one `plan`, every part `prepare`d and its aliases
+    # linked over all parts' entries, each part written by its own process
+    # (`write_part`), the parts committed as one manifest by one of them (`commit`), and
+    # each process `accept`s the version as the base of its next delta.
+
+    def plan(self, version: int) -> PublishPlan:
+        """Check that `version` can be published and decide its base and whether it
+        carries a full snapshot."""
         latest = self.latest()
         if latest is not None and version <= latest:
             raise WeightStoreError(
@@ -278,11 +328,136 @@ class WeightStore:
             )
         if self._previous is None and latest is not None:
             self._load_previous(latest)
-        try:
-            return self._publish(version, state_dict)
-        except BaseException:
-            self._previous = None  # unknown state: rebuild the base from the store next time
-            raise
+        previous = self._previous[0] if self._previous is not None else None
+        full = (
+            previous is None
+            or self._last_full is None
+            or version - self._last_full >= self.options.full_every
+        )
+        return PublishPlan(version, previous, full, uuid.uuid4().hex[:8], time.time())
+
+    def prepare(
+        self, state_dict: Mapping[str, torch.Tensor]
+    ) -> tuple[dict[str, TensorEntry], dict[str, Buffer], float]:
+        """Each tensor rounded to `publish_dtype` and hashed: its manifest entry, its bytes
+        (a view: `write_part` copies what it keeps), and the CPU seconds spent hashing."""
+        entries: dict[str, TensorEntry] = {}
+        given: dict[str, Buffer] = {}
+        hash_s = 0.0
+        for name, tensor in state_dict.items():
+            buffer = Buffer.view_of(self.served(tensor))
+            clock = time.thread_time()
+            digest = content_hash(self.options.hash_name, buffer.raw)
+            hash_s += time.thread_time() - clock
+            entry = TensorEntry(
+                dtype_name(buffer.dtype), list(buffer.shape), buffer.raw.nbytes, digest
+            )
+            entries[name], given[name] = entry, buffer
+        return entries, given, hash_s
+
+    def served(self, tensor: torch.Tensor) -> torch.Tensor:
+        """`tensor` as it is published: a floating one rounded (to nearest even) to
+        `publish_dtype`, if set."""
+        if self._served is not None and tensor.is_floating_point():
+            return tensor.detach().to(self._served)
+        return tensor
+
+    def write_part(
+        self,
+        plan: PublishPlan,
+        entries: Mapping[str, TensorEntry],
+        given: Mapping[str, Buffer],
+        part: str = "",
+    ) -> PublishedPart:
+        """Encode and upload the tensors in `given` (their `entries`, aliases linked): a
+        delta against the plan's base, and a snapshot when the plan is full. `part` names
+        this part's data objects apart from other parts'. Their copies wait to become the
+        next delta's base (`accept`)."""
+        if plan.base is not None and (self._previous is None or self._previous[0] != plan.base):
+            self._load_previous(plan.base)  # a process that did not plan (or just started)
+        previous = self._previous[1] if plan.base is not None and self._previous else None
+        manifest = Manifest(plan.version, plan.base, plan.full, plan.created)
+        tag = f"{plan.tag}-{part}" if part else plan.tag
+        deltas = DeltaWriter(self.store, manifest, self.options.shard_bytes, tag)
+        snapshot = SnapshotWriter(self.store, manifest, self.options.shard_bytes, tag)
+        buffers: dict[str, Buffer] = {}
+        result = PublishedPart(manifest.tensors, manifest.objects)
+        for name, raw in given.items():
+            entry = manifest.tensors[name] = entries[name]
+            if entry.alias is not None and entry.alias in buffers:  # tied weights: stored once
+                buffers[name] = buffers[entry.alias]
+                continue
+            buffer = Buffer(raw.raw.copy(), raw.dtype, raw.shape)  # ours: callers reuse theirs
+            buffers[name] = buffer
+            if entry.alias is not None:  # its first lies in another part: only the base kept
+                continue
+            result.elements += raw.raw.size // raw.dtype.itemsize
+            result.nbytes += raw.raw.size
+            if previous is not None:
+                old = previous.get(name)
+                usable = old is not None and old.dtype == raw.dtype and old.shape == raw.shape
+                clock = time.thread_time()
+                encoded = codec.encode(
+                    buffer.words(), old.words() if usable else None, self.options.codec
+                )
+                result.encode_s += time.thread_time() - clock
+                result.changed += encoded.changed
+                blob = deltas.add(encoded.payload) if encoded.codec != "same" else None
+                entry.delta = DeltaEntry(encoded.codec, encoded.changed, blob)
+            else:
+                result.changed += raw.raw.size // raw.dtype.itemsize
+            if plan.full:
+                snapshot.add(name, buffer.tensor())
+        deltas.close()
+        snapshot.close()
+        self._staged = (plan.version, buffers)
+        return result
+
+    def commit(
+        self, plan: PublishPlan, parts: list[PublishedPart], order: list[str], start: float
+    ) -> PublishResult:
+        """Commit a version written in `parts`: its manifest (tensors in `order`, every
+        part's objects), created exclusively, then LATEST. `start`: when the publish began
+        (`time.perf_counter`), for its wall time."""
+        manifest = Manifest(plan.version, plan.base, plan.full, plan.created)
+        entries = {name: entry for part in parts for name, entry in part.tensors.items()}
+        manifest.tensors = {name: entries[name] for name in order}
+        for part in parts:
+            manifest.objects.update(part.objects)
+        body = manifest.to_json()
+        if not self.store.create(manifest_key(plan.version), body):
+            raise WeightStoreError(
+                f"{self.url}: version {plan.version} was published by another publisher meanwhile"
+            )
+        latest = self.latest()
+        if latest is None or plan.version > latest:  # LATEST only moves forward
+            self.store.put(LATEST_KEY, f"{plan.version}\n".encode())
+        return PublishResult(
+            version=plan.version,
+            base=manifest.base,
+            full=plan.full,
+            delta_bytes=manifest.object_bytes("delta"),
+            full_bytes=manifest.object_bytes("full"),
+            manifest_bytes=len(body),
+            elements=sum(part.elements for part in parts),
+            nbytes=sum(part.nbytes for part in parts),
+            changed=sum(part.changed for part in parts),
+            hash_s=sum(part.hash_s for part in parts),
+            encode_s=sum(part.encode_s for part in parts),
+            publish_s=time.perf_counter() - start,
+        )
+
+    def accept(self, plan: PublishPlan) -> None:
+        """The committed version's part this publisher wrote becomes its next delta's base."""
+        assert self._staged is not None and self._staged[0] == plan.version
+        self._previous, self._staged = self._staged, None
+        if plan.full:
+            self._last_full = plan.version
+
+    def forget(self) -> None:
+        """Drop the base of the next delta (after a failed publish): it is rebuilt from the
+        store's latest version when needed."""
+        self._previous = self._staged = None
 
     def held(self) -> Held | None:
         """The last version this publisher wrote (or the store's latest), as a `have`.
@@ -378,89 +553,17 @@ class WeightStore:
             except MissingWeights:
                 break
 
-    def _publish(self, version: int, state_dict: Mapping[str, torch.Tensor]) -> PublishResult:
-        start = time.perf_counter()
-        previous = self._previous
-        full = (
-            previous is None
-            or self._last_full is None
-            or version - self._last_full >= self.options.full_every
-        )
-        manifest = Manifest(
-            version=version,
-            base=previous[0] if previous is not None else None,
-            full=full,
-            created=time.time(),
-        )
-        tag = uuid.uuid4().hex[:8]
-        deltas = DeltaWriter(self.store, manifest, self.options.shard_bytes, tag)
-        snapshot = SnapshotWriter(self.store, manifest, self.options.shard_bytes, tag)
-        buffers: dict[str, Buffer] = {}
-        first_of: dict[tuple[str, str, tuple[int, ...]], str] = {}  # content → first name
-        hash_s = encode_s = 0.0
-        elements = nbytes = changed = 0
-        for name, tensor in state_dict.items():
-            if self._served is not None and tensor.is_floating_point():
-                tensor = tensor.detach().to(self._served)  # round to nearest even
-            given = Buffer.view_of(tensor)
-            shape = given.shape
-            clock = time.thread_time()
-            digest = content_hash(self.options.hash_name, given.raw)
-            hash_s += time.thread_time() - clock
-            entry = TensorEntry(dtype_name(given.dtype), list(shape), given.raw.nbytes, digest)
-            manifest.tensors[name] = entry
-            content = (digest, entry.dtype, shape)
-            if content in first_of:  # tied weights: store once
-                entry.alias = first_of[content]
-                buffers[name] = buffers[entry.alias]
-                continue
+
+def link_aliases(entries: Mapping[str, TensorEntry]) -> None:
+    """Mark each tensor whose content (hash, dtype, shape) equals an earlier one's as its
+    alias (tied weights: stored once)."""
+    first_of: dict[tuple[str, str, tuple[int, ...]], str] = {}
+    for name, entry in entries.items():
+        content = (entry.hash, entry.dtype, tuple(entry.shape))
+        if content in first_of:
+            entry.alias = first_of[content]
+        else:
             first_of[content] = name
-            elements += given.raw.size // given.dtype.itemsize
-            nbytes += given.raw.size
-            buffer = Buffer(given.raw.copy(), given.dtype, shape)  # ours: callers reuse theirs
-            buffers[name] = buffer
-            if previous is not None:
-                old = previous[1].get(name)
-                usable = old is not None and old.dtype == given.dtype and old.shape == shape
-                clock = time.thread_time()
-                encoded = codec.encode(
-                    buffer.words(), old.words() if usable else None, self.options.codec
-                )
-                encode_s += time.thread_time() - clock
-                changed += encoded.changed
-                blob = deltas.add(encoded.payload) if encoded.codec != "same" else None
-                entry.delta = DeltaEntry(encoded.codec, encoded.changed, blob)
-            else:
-                changed += given.raw.size // given.dtype.itemsize
-            if full:
-                snapshot.add(name, buffer.tensor())
-        deltas.close()
-        snapshot.close()
-        body = manifest.to_json()
-        if not self.store.create(manifest_key(version), body):
-            raise WeightStoreError(
-                f"{self.url}: version {version} was published by another publisher meanwhile"
-            )
-        latest = self.latest()
-        if latest is None or version > latest:  # LATEST only moves forward
-            self.store.put(LATEST_KEY, f"{version}\n".encode())
-        self._previous = (version, buffers)
-        if full:
-            self._last_full = version
-        return PublishResult(
-            version=version,
-            base=manifest.base,
-            full=full,
-            delta_bytes=manifest.object_bytes("delta"),
-            full_bytes=manifest.object_bytes("full"),
-            manifest_bytes=len(body),
-            elements=elements,
-            nbytes=nbytes,
-            changed=changed,
-            hash_s=hash_s,
-            encode_s=encode_s,
-            publish_s=time.perf_counter() - start,
-        )
 
 
 def _floating_dtype(name: str | None) -> torch.dtype | None:

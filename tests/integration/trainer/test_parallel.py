@@ -7,22 +7,19 @@ is the same as the saving side's own."""
 
 from __future__ import annotations
 
-import os
-import socket
 from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
 from fleetrl.config import TrainerSection
 from fleetrl.store.objectstore import open_store
 from fleetrl.trainer.checkpoints import load_checkpoint, save_checkpoint
-from fleetrl.trainer.parallel import ONE_RANK, Ranks, init_ranks, shard_model, share
+from fleetrl.trainer.parallel import ONE_RANK, Ranks, shard_model, share
 from fleetrl.trainer.step import TrainSample, train_step
+from tests.integration.trainer.ranks import at_ranks
 from tests.unit.trainer.test_loss import make_segment, sgd, tiny_model
 
 # SGD at lr 1, unclipped: the update is the gradient itself, so a gradient averaged
@@ -55,31 +52,16 @@ def one_step(ranks: Ranks) -> tuple[dict, dict[str, torch.Tensor]]:
     return asdict(stats), get_model_state_dict(model, options=full)
 
 
-def _rank_main(rank: int, world: int, port: int, out: str) -> None:
-    os.environ.update(
-        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world)
-    )
-    torch.set_num_threads(1)
-    ranks = init_ranks()
-    try:
-        stats, state = one_step(ranks)
-        if ranks.leader:
-            torch.save({"stats": stats, "state": state}, out)
-        dist.barrier()  # neither rank leaves while the other still talks to it
-    finally:
-        dist.destroy_process_group()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+def _one_step_saved(ranks: Ranks, out: str) -> None:
+    stats, state = one_step(ranks)
+    if ranks.leader:
+        torch.save({"stats": stats, "state": state}, out)
 
 
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> dict:
     out = tmp_path_factory.mktemp("ranks") / "two.pt"
-    mp.start_processes(_rank_main, args=(2, free_port(), str(out)), nprocs=2, start_method="spawn")
+    at_ranks(2, _one_step_saved, str(out))
     return torch.load(out)
 
 
@@ -124,24 +106,14 @@ def adam_steps(ranks: Ranks, store: str, save_after_first: bool) -> dict[str, to
     return get_model_state_dict(model, options=full)
 
 
-def _resume_main(rank: int, world: int, port: int, store: str, save: bool, out: str) -> None:
-    os.environ.update(
-        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world)
-    )
-    torch.set_num_threads(1)
-    ranks = init_ranks()
-    try:
-        state = adam_steps(ranks, store, save)
-        if ranks.leader:
-            torch.save(state, out)
-        dist.barrier()  # neither rank leaves while the other still talks to it
-    finally:
-        dist.destroy_process_group()
+def _adam_steps_saved(ranks: Ranks, store: str, save: bool, out: str) -> None:
+    state = adam_steps(ranks, store, save)
+    if ranks.leader:
+        torch.save(state, out)
 
 
 def at_two_ranks(store: Path, save: bool, out: Path) -> dict[str, torch.Tensor]:
-    args = (2, free_port(), str(store), save, str(out))
-    mp.start_processes(_resume_main, args=args, nprocs=2, start_method="spawn")
+    at_ranks(2, _adam_steps_saved, str(store), save, str(out))
     return torch.load(out)
 
 
