@@ -27,6 +27,13 @@ def train(
         bool, typer.Option("--sync", help="Synchronous baseline (max_staleness 0).")
     ] = False,
     regions: Annotated[int, typer.Option(help="Rollout region processes.")] = 1,
+    trainer_ranks: Annotated[
+        int,
+        typer.Option(
+            help="Trainer processes (torchrun, the model sharded with FSDP2). A stopped run "
+            "continues at another number: its checkpoint reshards."
+        ),
+    ] = 1,
     launcher: Annotated[
         str,
         typer.Option(
@@ -48,6 +55,8 @@ def train(
         raise fail(str(err)) from None
     if regions < 1:
         raise fail("--regions must be >= 1")
+    if trainer_ranks < 1:
+        raise fail("--trainer-ranks must be >= 1")
     if runs_dir.exists() and not runs_dir.is_dir():
         raise fail(f"--runs-dir {runs_dir} is a file, not a folder")
     run_dir = runs_dir / config.name
@@ -80,9 +89,9 @@ def train(
         )
     try:
         if launcher == "local":
-            summary = run_local(config, run_dir, regions=regions)
+            summary = run_local(config, run_dir, regions=regions, trainer_ranks=trainer_ranks)
         else:
-            summary = _train_on_ray(config, run_dir, regions)
+            summary = _train_on_ray(config, run_dir, regions, trainer_ranks)
     except (RunFailed, StoreAccessError) as err:  # StoreAccessError: the run's store refuses
         raise fail(str(err)) from None
     except KeyboardInterrupt:
@@ -229,7 +238,7 @@ def sft(
         raise typer.Exit(code=130)
 
 
-def _train_on_ray(config: RunConfig, run_dir: Path, regions: int) -> dict:
+def _train_on_ray(config: RunConfig, run_dir: Path, regions: int, trainer_ranks: int) -> dict:
     """`fleetrl train --launcher ray`: the run created in its store, roles as Ray actors,
     then the same evaluation and report as the local launcher."""
     from fleetrl.orchestrate.local import evaluate_and_report, prepare_run
@@ -237,7 +246,7 @@ def _train_on_ray(config: RunConfig, run_dir: Path, regions: int) -> dict:
 
     prepare_run(config, run_dir)
     try:
-        run_ray(config, run_dir, regions=regions)
+        run_ray(config, run_dir, regions=regions, trainer_ranks=trainer_ranks)
     except RayMissing as err:
         raise fail(str(err)) from None
     return evaluate_and_report(config, run_dir)

@@ -2,6 +2,7 @@
 
     create the run in its store (runs/NAME/store or s3://…), unless it is there already
       ─▶ `fleetrl trainer --store URL --workdir runs/NAME`            ──┐ the store only:
+         (--trainer-ranks N: N of them under torchrun)                  │
       ─▶ `fleetrl region --store URL --name region-i --workdir …`     ──┘ weights/, run/,
     launcher: progress from metrics.jsonl, restarts a crashed process    trajectories/,
     (it resumes from the store), then evaluates base and final models    control/,
@@ -96,9 +97,13 @@ class _Process:
     log: Path
     popen: subprocess.Popen[bytes] | None = None
     restarts: RestartLimiter = field(default_factory=RestartLimiter)
+    ranks: int = 1  # the trainer's processes: more than one run under torchrun
 
     def start(self, url: str, run_dir: Path) -> None:
         argv = [sys.executable, "-m", "fleetrl.cli", self.role, "--store", url]
+        if self.ranks > 1:  # torchrun ends every rank when one fails: a crash of the trainer
+            torchrun = ["-m", "torch.distributed.run", "--standalone", "--max-restarts=0"]
+            argv[1:1] = [*torchrun, f"--nproc-per-node={self.ranks}"]
         if self.role == "region":
             argv += ["--name", self.name, "--workdir", str(run_dir / "regions" / self.name)]
         else:
@@ -202,11 +207,19 @@ def eval_record(result: EvalResult, model: str) -> EvalRecord:
     )
 
 
-def run_local(config: RunConfig, run_dir: Path, regions: int = 1, progress: bool = True) -> dict:
+def run_local(
+    config: RunConfig,
+    run_dir: Path,
+    regions: int = 1,
+    progress: bool = True,
+    trainer_ranks: int = 1,
+) -> dict:
     """Run training end to end; returns the evaluation summary (also in eval.json). A run
-    whose store already holds it (a relaunch) resumes from the store."""
+    whose store already holds it (a relaunch) resumes from the store, at any number of
+    `trainer_ranks` (its checkpoint reshards)."""
     url = prepare_run(config, run_dir)
-    processes = [_Process("trainer", "trainer", run_dir / "logs" / "trainer.log")]
+    trainer_log = run_dir / "logs" / "trainer.log"
+    processes = [_Process("trainer", "trainer", trainer_log, ranks=trainer_ranks)]
     processes += [
         _Process("region", f"region-{i}", run_dir / "logs" / f"region-{i}.log")
         for i in range(regions)

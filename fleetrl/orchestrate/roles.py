@@ -1,6 +1,6 @@
 """The two roles of a run, each a process that needs nothing but the store's URL:
 
-    fleetrl trainer --store URL [--workdir DIR]
+    fleetrl trainer --store URL [--workdir DIR]        (or N of them under torchrun)
     fleetrl region --store URL --name NAME [--workdir DIR] [--regional-store URL
                    [--link-mbps M]] [--set rollout.KEY=VALUE …]
 
@@ -94,14 +94,25 @@ def start_trainer(url: str, workdir: Path | None = None) -> Started:
 
 
 def train(started: Started) -> int:
-    """Run a started trainer until its steps are done; the exit code."""
-    from fleetrl.trainer.loop import run_trainer
+    """Run a started trainer until its steps are done; the exit code. Under torchrun (or
+    the Ray launcher) this process is one of the trainer's ranks (`trainer.parallel`):
+    the ranks of one machine share its work folder (the run's copies are written whole,
+    once)."""
+    import torch.distributed as dist
 
+    from fleetrl.trainer.loop import run_trainer
+    from fleetrl.trainer.parallel import init_ranks
+
+    ranks = init_ranks()
     try:
-        run_trainer(started.config, started.workdir, store=started.store)
+        run_trainer(started.config, started.workdir, store=started.store, ranks=ranks)
     except Fenced as err:
-        print(f"fleetrl trainer: {err}; exiting", file=sys.stderr)
+        if ranks.leader:
+            print(f"fleetrl trainer: {err}; exiting", file=sys.stderr)
         return FENCED_EXIT
+    finally:
+        if ranks.distributed:
+            dist.destroy_process_group()
     return 0
 
 

@@ -24,13 +24,18 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
+from typing import TypeVar
 
 import torch
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
 from fleetrl.config import RunConfig
 from fleetrl.model.checkpoint import load_pretrained, resolve_checkpoint, save_pretrained
+from fleetrl.model.qwen3 import Qwen3
 from fleetrl.model.tokenizer import Tokenizer
 from fleetrl.observe.export import open_sinks
 from fleetrl.observe.metrics import MetricsLogger
@@ -49,7 +54,11 @@ from fleetrl.store.weights import WeightStore, WeightStoreOptions
 from fleetrl.trainer.advantages import has_signal
 from fleetrl.trainer.checkpoints import load_checkpoint, save_checkpoint
 from fleetrl.trainer.metrics import RunCounters, StepTiming, ledger, sync_record, train_record
+from fleetrl.trainer.parallel import ONE_RANK, Ranks, from_leader, shard_model, whole
+from fleetrl.trainer.publish import publish_version
 from fleetrl.trainer.step import samples_from_groups, train_step
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -91,40 +100,52 @@ def make_optimizer(
 
 
 def run_trainer(
-    config: RunConfig, run_dir: Path, poll_s: float = 0.2, store: ObjectStore | None = None
+    config: RunConfig,
+    run_dir: Path,
+    poll_s: float = 0.2,
+    store: ObjectStore | None = None,
+    ranks: Ranks = ONE_RANK,
 ) -> TrainerState:
     """Train for `config.trainer.steps` steps, publishing every version; returns the state.
 
     `config` is one `check_trainable` passed (the trainer's start-up checks it before it
     copies the run: `orchestrate.roles.start_trainer`); `store`: the run's store as the
-    start-up opened it (None: opened here from `config.store.url`)."""
+    start-up opened it (None: opened here from `config.store.url`). At several `ranks`
+    every rank calls it: rank 0 reads the groups and speaks for the trainer (control,
+    metrics), every rank trains its share, publishes its tensors and saves its shards."""
     tc = config.trainer
     torch.set_num_threads(tc.threads)
     torch.manual_seed(tc.seed)
     random.seed(tc.seed)
     base = resolve_checkpoint(config.model.path)
-    model = load_pretrained(base, dtype=torch.float32)
+    model = shard_model(load_pretrained(base, dtype=torch.float32), ranks)
     tokenizer = Tokenizer.from_pretrained(base)
     optimizer = make_optimizer(model, tc.lr, tc.output_norm_lr, tc.weight_decay)
     # The KL reference is the starting model, frozen (kept only when the loss needs it).
-    reference = load_pretrained(base, dtype=torch.float32) if tc.kl_coef > 0 else None
+    reference = None
+    if tc.kl_coef > 0:
+        reference = shard_model(load_pretrained(base, dtype=torch.float32), ranks)
     options = WeightStoreOptions(
         full_every=config.store.full_every, publish_dtype=config.store.publish_dtype
     )
     weights = WeightStore(store or store_url(config.store.url, run_dir), options)
-    state, pending = _resume(weights.store, model, optimizer)
-    state.incarnation = claim_incarnation(weights.store)
-    _publish_start(weights, model, state)
+    state, pending = _resume(weights.store, model, optimizer, ranks)
+    state.incarnation = from_leader(lambda: claim_incarnation(weights.store), ranks)
+    _publish_start(weights, model, state, ranks)
     channel = TrajectoryChannel(weights.store)
-    sinks = open_sinks(run_dir, config.observe, config.name, config.model_dump(mode="json"))
-    logger = MetricsLogger(run_dir / "metrics.jsonl", sinks=sinks)
+    logger = None
+    if ranks.leader:
+        sinks = open_sinks(run_dir, config.observe, config.name, config.model_dump(mode="json"))
+        logger = MetricsLogger(run_dir / "metrics.jsonl", sinks=sinks)
     step_start = time.monotonic()
     while state.step < tc.steps:
-        gathered = _gather(channel, weights.store, state, pending, config, poll_s)
+        # Rank 0 reads the groups (and counts them in `state`); every rank gets them.
+        read = partial(_gather, channel, weights.store, state, pending, config, poll_s)
+        state, gathered = from_leader(partial(_with_state, read, state), ranks)
         pending, dropped, filtered, wait_s = gathered
         batch, pending = pending[: tc.groups_per_step], pending[tc.groups_per_step :]
         samples, silent = samples_from_groups([r.trajectories for r in batch], tc.advantage)
-        stats = train_step(model, optimizer, samples, tc, reference) if samples else None
+        stats = train_step(model, optimizer, samples, tc, reference, ranks) if samples else None
         skipped = filtered + [batch[i] for i in silent]
         trained = [r for i, r in enumerate(batch) if i not in silent]
         consumed = batch + filtered  # the step's groups, for its reward and staleness
@@ -133,19 +154,21 @@ def run_trainer(
         state.step, state.version = state.step + 1, state.version + 1
         state.skipped_groups += len(silent)
         state.trained_samples += sum(len(r.trajectories) for r in batch)
-        check_fence(weights.store, state.incarnation)  # a newer trainer took over: stop
+        # A newer trainer took over: stop (every rank).
+        from_leader(partial(check_fence, weights.store, state.incarnation), ranks)
         publish_start = time.monotonic()
-        published = weights.publish(state.version, model.state_dict())
+        published = publish_version(weights, state.version, model, ranks)
         publish_s = time.monotonic() - publish_start
-        _report_progress(weights.store, state, config, waiting_s=0.0)
-        wall_s, step_start = time.monotonic() - step_start, time.monotonic()
-        scale = float(model.model.norm.weight.detach().mean())
-        timing = StepTiming(wait_s, publish_s, wall_s)
-        counters = RunCounters(state.version, state.dropped_samples, state.skipped_groups)
-        books = ledger(state.incarnation, trained, skipped, dropped, pending)
-        record = train_record(consumed, ages, stats, counters, timing, scale, books)
-        logger.log_record(state.step, record)
-        logger.log_record(state.version, sync_record(published, consumed))
+        scale = float(whole(model.model.norm.weight).detach().mean())
+        if logger is not None:
+            _report_progress(weights.store, state, config, waiting_s=0.0)
+            wall_s, step_start = time.monotonic() - step_start, time.monotonic()
+            timing = StepTiming(wait_s, publish_s, wall_s)
+            counters = RunCounters(state.version, state.dropped_samples, state.skipped_groups)
+            books = ledger(state.incarnation, trained, skipped, dropped, pending)
+            record = train_record(consumed, ages, stats, counters, timing, scale, books)
+            logger.log_record(state.step, record)
+            logger.log_record(state.version, sync_record(published, consumed))
         if state.step % tc.checkpoint_every == 0 or state.step == tc.steps:
             saved = [encode_record(r) for r in pending]
             save_checkpoint(
@@ -157,39 +180,51 @@ def run_trainer(
                 saved,
                 keep=tc.keep_checkpoints,
                 tokenizer=tokenizer,
+                ranks=ranks,
             )
-            if config.store.collect_garbage:  # the checkpoint holds what was read
+            if config.store.collect_garbage and ranks.leader:  # the checkpoint holds what was read
                 channel.delete_before(state.cursor)
                 weights.gc()
-    save_pretrained(model, run_dir / "final")
-    tokenizer.save(run_dir / "final")
-    signal_stop(weights.store)
-    logger.close()
+    _save_final(model, tokenizer, run_dir / "final", ranks)
+    if logger is not None:
+        signal_stop(weights.store)
+        logger.close()
     return state
 
 
 def _resume(
-    store: ObjectStore, model: torch.nn.Module, optimizer: torch.optim.Optimizer
+    store: ObjectStore, model: torch.nn.Module, optimizer: torch.optim.Optimizer, ranks: Ranks
 ) -> tuple[TrainerState, list[GroupRecord]]:
     """The state and pending groups of the run's last checkpoint (fresh ones without)."""
-    restored = load_checkpoint(store, model, optimizer)
+    restored = load_checkpoint(store, model, optimizer, ranks)
     if restored is None:
         return TrainerState(), []
     state, pending = restored
     return TrainerState(**state), [decode_record(r) for r in pending]
 
 
-def _publish_start(weights: WeightStore, model: torch.nn.Module, state: TrainerState) -> None:
+def _publish_start(
+    weights: WeightStore, model: torch.nn.Module, state: TrainerState, ranks: Ranks
+) -> None:
     """Make the store serve this trainer's weights. A version is a publication, not a step
     count: a fresh run publishes its base as version 0; a trainer resumed from a checkpoint
     older than the store's newest version (it died between checkpoints, or a zombie went
     on) publishes above every version any incarnation reached, so versions only increase."""
-    highest = weights.highest()
+    highest = from_leader(weights.highest, ranks)
     if highest is None:
-        weights.publish(state.version, model.state_dict())
+        publish_version(weights, state.version, model, ranks)
     elif highest > state.version:
         state.version = highest + 1
-        weights.publish(state.version, model.state_dict())
+        publish_version(weights, state.version, model, ranks)
+
+
+def _save_final(model: Qwen3, tokenizer: Tokenizer, folder: Path, ranks: Ranks) -> None:
+    """The trained model and its tokenizer as a checkpoint folder (written by rank 0)."""
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    state = get_model_state_dict(model, options=options) if ranks.distributed else None
+    if ranks.leader:
+        save_pretrained(model, folder, state=state)
+        tokenizer.save(folder)
 
 
 def _gather(
@@ -233,6 +268,12 @@ def _gather(
         if not fresh:
             _report_progress(store, state, config, time.monotonic() - start)
             time.sleep(poll_s)
+
+
+def _with_state(read: Callable[[], T], state: TrainerState) -> tuple[TrainerState, T]:
+    """What `read()` returns, with `state` as it left it (for the other ranks)."""
+    result = read()
+    return state, result
 
 
 def _has_signal(record: GroupRecord) -> bool:

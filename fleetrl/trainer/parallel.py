@@ -19,7 +19,9 @@ group, nothing sharded.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import TypeVar
 
 import torch
@@ -52,6 +54,10 @@ class Ranks:
 
 ONE_RANK = Ranks()  # the trainer as one process
 
+# The other ranks wait in a collective while rank 0 waits for groups from the regions,
+# which can take long (regions restarting); a dead rank still fails the others at once.
+WAIT_FOR_LEADER = timedelta(hours=24)
+
 
 def init_ranks() -> Ranks:
     """This process's ranks as torchrun (or the Ray launcher) set them in the environment;
@@ -60,7 +66,8 @@ def init_ranks() -> Ranks:
     if world == 1:
         return ONE_RANK
     if not dist.is_initialized():
-        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        dist.init_process_group(backend, timeout=WAIT_FOR_LEADER)
     return Ranks(dist.get_rank(), dist.get_world_size())
 
 
@@ -106,3 +113,30 @@ def all_sum(values: list[float], ranks: Ranks) -> list[float]:
     total = torch.tensor(values, dtype=torch.float64, device=device)
     dist.all_reduce(total)
     return total.tolist()
+
+
+def from_leader(make: Callable[[], T], ranks: Ranks) -> T:
+    """What `make()` returns on rank 0, on every rank (it runs on rank 0 only); an
+    exception it raises is raised on every rank."""
+    if not ranks.distributed:
+        return make()
+    box: list[object] = [None]
+    if ranks.leader:
+        try:
+            box[0] = make()
+        except Exception as err:  # handed to every rank and raised there
+            box[0] = _Raised(err)
+    dist.broadcast_object_list(box, src=0)
+    if isinstance(box[0], _Raised):
+        raise box[0].error
+    return box[0]  # type: ignore[return-value]
+
+
+def whole(tensor: torch.Tensor) -> torch.Tensor:
+    """A parameter in full: gathered from every rank if sharded (all ranks call it)."""
+    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+
+
+@dataclass
+class _Raised:
+    error: Exception

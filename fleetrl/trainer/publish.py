@@ -18,8 +18,6 @@ publishes as `WeightStore.publish` does.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from typing import TypeVar
 
 import torch
 import torch.distributed as dist
@@ -34,9 +32,7 @@ from fleetrl.store.weights import (
     WeightStore,
     link_aliases,
 )
-from fleetrl.trainer.parallel import Ranks
-
-T = TypeVar("T")
+from fleetrl.trainer.parallel import Ranks, from_leader
 
 
 def publish_version(
@@ -50,11 +46,11 @@ def publish_version(
         return weights.publish(version, state)
     start = time.perf_counter()
     try:
-        plan = _from_leader(lambda: weights.plan(version), ranks)
+        plan = from_leader(lambda: weights.plan(version), ranks)
         part = _write_own_part(weights, plan, model, state, ranks)
         parts: list | None = [None] * ranks.world if ranks.leader else None
         dist.gather_object(part, parts, dst=0)
-        result = _from_leader(lambda: _commit(weights, plan, parts, list(state), start), ranks)
+        result = from_leader(lambda: _commit(weights, plan, parts, list(state), start), ranks)
     except BaseException:
         weights.forget()
         raise
@@ -157,21 +153,6 @@ def _commit(
             raise part
         written.append(part)
     return weights.commit(plan, written, order, start)
-
-
-def _from_leader(make: Callable[[], T], ranks: Ranks) -> T:
-    """What `make()` returns on rank 0, on every rank; a WeightStoreError it raises is
-    raised on every rank."""
-    box: list[T | WeightStoreError | None] = [None]
-    if ranks.leader:
-        try:
-            box[0] = make()
-        except WeightStoreError as err:
-            box[0] = err
-    dist.broadcast_object_list(box, src=0)
-    if isinstance(box[0], WeightStoreError):
-        raise box[0]
-    return box[0]  # type: ignore[return-value]
 
 
 def _nbytes(tensor: torch.Tensor) -> int:
