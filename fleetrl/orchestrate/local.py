@@ -2,14 +2,18 @@
 
     create the run in its store (runs/NAME/store or s3://…), unless it is there already
       ─▶ `fleetrl trainer --store URL --workdir runs/NAME`            ──┐ the store only:
-         (--trainer-ranks N: N of them under torchrun)                  │
+         (× N with --trainer-ranks N: one process per rank)             │
       ─▶ `fleetrl region --store URL --name region-i --workdir …`     ──┘ weights/, run/,
     launcher: progress from metrics.jsonl, restarts a crashed process    trajectories/,
     (it resumes from the store), then evaluates base and final models    control/,
     and writes the report.                                               checkpoints/
 
 The processes are the same commands one would start by hand on other machines; the
-launcher only starts, watches and restarts them.
+launcher only starts, watches and restarts them. A trainer at N ranks is N processes with
+the environment torchrun would give them (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT); a
+rank that fails ends the others, and the trainer restarts whole (a new incarnation, which
+resumes from the last checkpoint). The launcher starts the ranks itself rather than through
+torchrun so that it sees rank 0's exit code (a fenced-off trainer must not restart).
 A process that keeps crashing (more than CRASH_LIMIT times within CRASH_WINDOW_S) fails the
 run with the tail of its log. Interrupted (Ctrl-C, SIGTERM) or failed, the launcher
 terminates its processes before it exits: none outlives it to write into the store, and
@@ -19,7 +23,9 @@ the same command resumes the run from the store.
 from __future__ import annotations
 
 import json
+import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -92,47 +98,78 @@ class RestartLimiter:
 
 @dataclass
 class _Process:
+    """One role of the run; the trainer at several ranks is one process per rank, which
+    live and die together (as under torchrun)."""
+
     role: str
     name: str
     log: Path
-    popen: subprocess.Popen[bytes] | None = None
+    ranks: int = 1  # the trainer's processes
+    popens: list[subprocess.Popen[bytes]] = field(default_factory=list)
     restarts: RestartLimiter = field(default_factory=RestartLimiter)
-    ranks: int = 1  # the trainer's processes: more than one run under torchrun
 
     def start(self, url: str, run_dir: Path) -> None:
         argv = [sys.executable, "-m", "fleetrl.cli", self.role, "--store", url]
-        if self.ranks > 1:  # torchrun ends every rank when one fails: a crash of the trainer
-            torchrun = ["-m", "torch.distributed.run", "--standalone", "--max-restarts=0"]
-            argv[1:1] = [*torchrun, f"--nproc-per-node={self.ranks}"]
         if self.role == "region":
             argv += ["--name", self.name, "--workdir", str(run_dir / "regions" / self.name)]
         else:
             argv += ["--workdir", str(run_dir)]
-        with open(self.log, "ab") as log:
-            self.popen = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        port = free_port()
+        self.popens = []
+        for rank in range(self.ranks):
+            env = os.environ.copy()
+            if self.ranks > 1:  # what torchrun would set (`fleetrl.trainer.parallel`)
+                ranks = {"RANK": rank, "LOCAL_RANK": rank, "WORLD_SIZE": self.ranks}
+                env |= {k: str(v) for k, v in ranks.items()}
+                env |= {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+            log = self.log if rank == 0 else self.log.with_suffix(f".rank{rank}.log")
+            with open(log, "ab") as out:
+                self.popens.append(
+                    subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
+                )
+
+    def poll(self) -> int | None:
+        """None while it runs; its exit code once it ended: 0 when every rank exited 0,
+        else rank 0's if it failed, else the first failed rank's. A rank that fails ends
+        the others (their process group is broken)."""
+        codes = [popen.poll() for popen in self.popens]
+        if not codes or all(code == 0 for code in codes):
+            return 0 if codes else None
+        failed = [code for code in codes if code not in (None, 0)]
+        if not failed:
+            return None
+        self.terminate()
+        return codes[0] if codes[0] not in (None, 0) else failed[0]
 
     def tail(self, lines: int = 20) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
 
     def stop(self, timeout: float = 30.0) -> None:
         """Give the process `timeout` seconds to exit by itself, then terminate it."""
-        if self.popen is None or self.popen.poll() is not None:
-            return
         try:
-            self.popen.wait(timeout)
+            for popen in self.popens:
+                popen.wait(timeout)
         except subprocess.TimeoutExpired:
             self.terminate()
 
     def terminate(self) -> None:
         """SIGTERM now, SIGKILL if it is still there 10 s later."""
-        if self.popen is None or self.popen.poll() is not None:
-            return
-        self.popen.terminate()
-        try:
-            self.popen.wait(10)
-        except subprocess.TimeoutExpired:
-            self.popen.kill()
-            self.popen.wait()
+        running = [popen for popen in self.popens if popen.poll() is None]
+        for popen in running:
+            popen.terminate()
+        for popen in running:
+            try:
+                popen.wait(10)
+            except subprocess.TimeoutExpired:
+                popen.kill()
+                popen.wait()
+
+
+def free_port() -> int:
+    """A TCP port of this machine nobody listens on now (the trainer ranks' rendezvous)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def _exit_on_sigterm(signum: int, frame: object) -> None:
@@ -157,7 +194,7 @@ def _watch(processes: list[_Process], url: str, run_dir: Path, steps: int, progr
                 info = f"reward {last['reward']:.2f}  staleness {last['staleness_mean']:.1f}"
                 bar.update(task, completed=last["step"], info=info)
             for process in processes:
-                code = process.popen.poll() if process.popen else None
+                code = process.poll()
                 if code is None or code == 0:  # running, or done (a region after the stop)
                     continue
                 if process is trainer and code == FENCED_EXIT:
@@ -171,7 +208,7 @@ def _watch(processes: list[_Process], url: str, run_dir: Path, steps: int, progr
                         f"{limiter.window_s:.0f} s:\n{process.tail()}"
                     )
                 process.start(url, run_dir)
-            if trainer.popen is not None and trainer.popen.poll() == 0:
+            if trainer.poll() == 0:
                 return
             time.sleep(0.5)
 
@@ -218,7 +255,7 @@ def run_local(
     whose store already holds it (a relaunch) resumes from the store, at any number of
     `trainer_ranks` (its checkpoint reshards)."""
     url = prepare_run(config, run_dir)
-    trainer_log = run_dir / "logs" / "trainer.log"
+    trainer_log = run_dir / "logs" / "trainer.log"  # rank 0's; trainer.rank1.log, …
     processes = [_Process("trainer", "trainer", trainer_log, ranks=trainer_ranks)]
     processes += [
         _Process("region", f"region-{i}", run_dir / "logs" / f"region-{i}.log")
