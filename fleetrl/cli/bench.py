@@ -158,6 +158,60 @@ def bench_weights(
     print_figures(result if as_json else flat_figures(result), "weight sync benchmark", as_json)
 
 
+@bench_app.command("trainer")
+def bench_trainer(
+    config_file: ConfigOption = None,
+    layouts: Annotated[
+        str,
+        typer.Option(
+            help="Comma-separated RANKSxTHREADS layouts of the trainer, measured side by "
+            "side (2x1: two processes of one torch thread each)."
+        ),
+    ] = "1x1,1x2,2x1",
+    steps: Annotated[int, typer.Option(help="Measured steps per layout (after one warm-up).")] = 3,
+    prompt_tokens: Annotated[int, typer.Option(help="Prompt tokens per episode.")] = 384,
+    completion_tokens: Annotated[
+        int, typer.Option(help="Sampled (trained) tokens per episode.")
+    ] = 256,
+    set_: SetOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
+) -> None:
+    """The trainer at 1 and N ranks (FSDP2 over gloo): step time, publish time, peak
+    memory and model state per rank, bytes per version, on the run configuration's model
+    and global batch (groups_per_step x group_size episodes)."""
+    config = run_config(config_file, set_, {})
+    from fleetrl.bench.trainer import parse_layouts, run_trainer_bench
+
+    try:
+        chosen = parse_layouts(layouts)
+    except ValueError as err:
+        raise fail(f"--layouts: {err}") from None
+    for option, value in (
+        ("--steps", steps),
+        ("--prompt-tokens", prompt_tokens),
+        ("--completion-tokens", completion_tokens),
+    ):
+        if value < 1:
+            raise fail(f"{option} must be >= 1, got {value}")
+    tokens = prompt_tokens + completion_tokens
+    if tokens > config.harness.max_context:
+        raise fail(f"an episode of {tokens} tokens exceeds harness.max_context")
+    from fleetrl.model.checkpoint import resolve_checkpoint
+
+    if not (resolve_checkpoint(config.model.path) / "config.json").is_file():
+        raise fail(f"model.path {config.model.path!r} is not a checkpoint directory")
+    result = run_trainer_bench(config, chosen, steps, prompt_tokens, completion_tokens)
+    if as_json:
+        print_figures(result, "trainer benchmark", True)
+        return
+    flat = {k: v for k, v in result.items() if k != "layouts"}
+    for row in result["layouts"]:
+        for key, value in row.items():
+            if key not in ("layout", "ranks", "threads"):
+                flat[f"{row['layout']} {key}"] = value
+    print_figures(flat, "trainer benchmark", False)
+
+
 @bench_app.command("pipeline")
 def bench_pipeline(
     steps: Annotated[int, typer.Option(help="Optimizer steps per mode.")] = 8,

@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -58,6 +57,7 @@ from fleetrl.store.control import store_url
 from fleetrl.store.objectstore import open_store
 from fleetrl.store.region_metrics import read_report_metrics
 from fleetrl.store.run import CONFIG_KEY
+from fleetrl.trainer.parallel import free_port
 
 # A process is restarted after each crash unless it crashed more than CRASH_LIMIT times
 # within CRASH_WINDOW_S: a long run outlives many unrelated crashes (a node hiccup, a bad
@@ -163,13 +163,6 @@ class _Process:
             except subprocess.TimeoutExpired:
                 popen.kill()
                 popen.wait()
-
-
-def free_port() -> int:
-    """A TCP port of this machine nobody listens on now (the trainer ranks' rendezvous)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _exit_on_sigterm(signum: int, frame: object) -> None:

@@ -19,6 +19,7 @@ group, nothing sharded.
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -57,6 +58,14 @@ ONE_RANK = Ranks()  # the trainer as one process
 # The other ranks wait in a collective while rank 0 waits for groups from the regions,
 # which can take long (regions restarting); a dead rank still fails the others at once.
 WAIT_FOR_LEADER = timedelta(hours=24)
+
+
+def free_port() -> int:
+    """A TCP port of this machine nobody listens on now: the rendezvous of ranks started
+    on one machine (by `fleetrl train --trainer-ranks`, a benchmark, a test)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def init_ranks() -> Ranks:

@@ -4,7 +4,6 @@ torchrun would start them on one machine."""
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Callable
 from typing import Any
 
@@ -12,14 +11,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from fleetrl.trainer.parallel import Ranks, init_ranks
-
-
-def free_port() -> int:
-    """A TCP port nobody listens on now (the process group's rendezvous)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from fleetrl.trainer.parallel import Ranks, free_port, init_ranks
 
 
 def at_ranks(world: int, target: Callable[..., None], *args: Any) -> None:

@@ -65,6 +65,11 @@ CHEAP = ["--steps", "1", "--synthetic-params", "0", "--lrs", "1e-6"]
         (["record", "--harness", "mini-swe-agent", "--model", "{tmp}/nope"], "--model"),
         (["record", "--harness", "swe-agent"], "--harness"),
         (["record", "--set", "harness.max_turns=3"], "--set"),
+        (["trainer", "--layouts", "2"], "--layouts"),
+        (["trainer", "--layouts", "1x1,0x2"], "--layouts"),
+        (["trainer", "--steps", "0"], "--steps"),
+        (["trainer", "--prompt-tokens", "2000"], "harness.max_context"),
+        (["trainer", "--set", "model.path={tmp}/nope"], "nope"),
     ],
 )
 def test_bench_refuses_bad_options_up_front_naming_them(tmp_path, options, named):
