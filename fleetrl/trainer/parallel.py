@@ -41,6 +41,7 @@ class Ranks:
 
     rank: int = 0
     world: int = 1
+    device: str = "cpu"  # where its shard of the model trains: "cpu" or "cuda:LOCAL_RANK"
 
     @property
     def distributed(self) -> bool:
@@ -70,20 +71,27 @@ def free_port() -> int:
 
 def init_ranks() -> Ranks:
     """This process's ranks as torchrun (or the Ray launcher) set them in the environment;
-    one rank without them. Joins the process group: gloo on CPU, NCCL on CUDA."""
+    one rank without them. Joins the process group: gloo on CPU, NCCL on CUDA, where each
+    rank trains on the GPU of its LOCAL_RANK."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
+    device = "cpu"
+    if torch.cuda.is_available():
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        torch.cuda.set_device(local)
+        device = f"cuda:{local}"
     if world == 1:
-        return ONE_RANK
+        return Ranks(device=device)
     if not dist.is_initialized():
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        backend = "nccl" if device != "cpu" else "gloo"
         dist.init_process_group(backend, timeout=WAIT_FOR_LEADER)
-    return Ranks(dist.get_rank(), dist.get_world_size())
+    return Ranks(dist.get_rank(), dist.get_world_size(), device)
 
 
 def shard_model(model: Qwen3, ranks: Ranks) -> Qwen3:
-    """`model` sharded over `ranks` with FSDP2 (unchanged on one rank). FSDP averages the
-    ranks' gradients; `train_step` scales each rank's loss by N, so that they add up to the
-    batch's (the normaliser counts the whole batch)."""
+    """`model` on the ranks' device, sharded over them with FSDP2 (whole on one rank).
+    FSDP averages the ranks' gradients; `train_step` scales each rank's loss by N, so that
+    they add up to the batch's (the normaliser counts the whole batch)."""
+    model = model.to(ranks.device)
     if not ranks.distributed:
         return model
     for layer in model.model.layers:
@@ -118,8 +126,7 @@ def all_sum(values: list[float], ranks: Ranks) -> list[float]:
     """`values` summed over the ranks (float64; as they are on one rank)."""
     if not ranks.distributed:
         return values
-    device = "cuda" if dist.get_backend() == "nccl" else "cpu"
-    total = torch.tensor(values, dtype=torch.float64, device=device)
+    total = torch.tensor(values, dtype=torch.float64, device=ranks.device)
     dist.all_reduce(total)
     return total.tolist()
 

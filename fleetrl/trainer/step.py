@@ -75,6 +75,19 @@ class SequenceBatch:
     routed_experts: torch.Tensor | None  # [B, T, L_moe, k] engine routing of the inputs
     guided: torch.Tensor  # [B] bool: the expert's episode of a guided group (no behaviour)
 
+    def to(self, device: torch.device) -> SequenceBatch:
+        """The batch on `device` (itself when it is there already)."""
+        if self.inputs.device == device:
+            return self
+        routed = self.routed_experts
+        return SequenceBatch(
+            *(t.to(device) for t in (self.inputs, self.targets, self.mask, self.behaviour)),
+            self.advantages.to(device),
+            self.temperature.to(device),
+            routed.to(device) if routed is not None else None,
+            self.guided.to(device),
+        )
+
 
 def samples_from_groups(
     groups: list[list[Trajectory]], estimator: Estimator
@@ -203,12 +216,13 @@ def _prepare(
     π_ref with a KL term. Every rank gets as many micro-batches as the busiest one: the
     missing ones are idle (the minibatch's first sample, its loss not counted)."""
     mine = share(part, ranks)
+    device = next(model.parameters()).device
     size = config.micro_batch_size
     count = -(-most_per_rank(len(part), ranks) // size)
     prepared = []
     for index in range(count):
         chunk = mine[index * size : (index + 1) * size]
-        batch = collate(chunk or part[:1], 0, config.router_replay)
+        batch = collate(chunk or part[:1], 0, config.router_replay).to(device)
         with torch.no_grad():
             prox = token_logprobs(model, batch, bf16)[0] if proximal else None
             ref = None
