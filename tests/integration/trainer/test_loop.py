@@ -9,7 +9,6 @@ import time
 import pytest
 import torch
 
-from fleetrl.config import load_config
 from fleetrl.model.checkpoint import load_pretrained
 from fleetrl.store.admission import Heartbeat, fleet_budget, read_grants, write_heartbeat
 from fleetrl.store.control import Fenced, claim_incarnation
@@ -38,24 +37,6 @@ def sampled_group(
         )
         trajectories.append(Trajectory(f"t{seed}", [segment], reward, "finish", 1, 0, 0, 0.1))
     return trajectories
-
-
-@pytest.fixture
-def config_for(tmp_path, tiny_checkpoint):
-    """The config of run `run` under tmp_path, training the shared tiny checkpoint."""
-
-    def make(run, steps, max_staleness=10, **trainer):
-        overrides = {
-            "name": run,
-            "model": {"path": str(tiny_checkpoint)},
-            "rollout": {"group_size": 2},
-            "trainer": {"steps": steps, "groups_per_step": 2, "max_staleness": max_staleness,
-                        "checkpoint_every": 1, "lr": 1e-3, **trainer},
-            "store": {"url": str(tmp_path / run / "store")},
-        }  # fmt: skip
-        return load_config(overrides=overrides)
-
-    return make
 
 
 def feed(tmp_path, run, seeds, version=0, flat=()):
