@@ -18,6 +18,11 @@ published rounded to `store.publish_dtype` (bf16 by default: what the engines se
 A step is one batch: it publishes one version and logs one `train` record, whatever the
 number of optimizer steps (`trainer.minibatches`) it takes; `TrainerState.step`, the
 ledger and the checkpoints count steps.
+
+At N ranks (`fleetrl.trainer.parallel`) every rank runs this loop: rank 0 reads the groups
+and hands every rank the batch and the state, and alone claims the incarnation, checks the
+fence, reports progress and logs; every rank trains its share, publishes the tensors it
+owns (`fleetrl.trainer.publish`) and saves its shards of each checkpoint.
 """
 
 from __future__ import annotations
