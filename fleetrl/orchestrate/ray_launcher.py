@@ -5,11 +5,20 @@
                                       └─ Role "region-east"  {"region-east": 1}
     each actor calls `trainer_role` / `region_role`; they share only the object store
 
+A trainer at N ranks (`--trainer-ranks N`) is N actors instead of "trainer", one process
+group (`trainer.parallel`) that meets at rank 0's node, on a port rank 0's actor picked:
+
+    launcher ─┬─ TrainerRank "trainer-0"      pinned to this node, workdir run_dir
+              ├─ TrainerRank "trainer-1"      wherever Ray places it, workdir run_dir
+              └─ …  "trainer-{N-1}"           each RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT
+
 Contract: the run already exists in its store (`orchestrate.run.create_run`, the caller's
-job) at `config.store.url` (or run_dir/store). The trainer actor runs on the launcher's own
-node with `run_dir` as its work folder, so metrics.jsonl (the progress shown here) and final/
-land in `run_dir` exactly as with the local launcher; a region works in
-run_dir/regions/NAME on whichever node holds it.
+job) at `config.store.url` (or run_dir/store). The trainer actor (rank 0's at N ranks) runs
+on the launcher's own node with `run_dir` as its work folder, so metrics.jsonl (the progress
+shown here) and final/ land in `run_dir` exactly as with the local launcher; the other ranks
+copy the run into the same path on their own nodes (ranks on one node share it: the run's
+copies are written whole, once); a region works in run_dir/regions/NAME on whichever node
+holds it. Rank 0's node must accept the other ranks' connections on the picked port.
 
 Placement: a cluster declares where each region runs with a custom resource per node whose
 name starts with "region-" (`ray start --resources='{"region-west": 1}'`); the regions take
@@ -18,9 +27,14 @@ none (a single machine) places regions by CPU, named region-0, region-1, …
 
 Failures: Ray restarts a role's actor whose process dies and retries the role in it, also
 when the role raises, MAX_RESTARTS times over the actor's life (the local launcher counts
-crashes within a window instead). A trainer fenced off by a newer one returns FENCED_EXIT:
-a result, not a crash, so it is not retried and fails the launch. After the trainer's last
-step, regions get REGION_STOP_S to see the stop signal and exit, then they are killed.
+crashes within a window instead). Not so the ranks of a trainer at N ranks: a rank started
+again alone could not rejoin the others' process group. A rank whose process dies or whose
+role raises ends its incarnation: the launcher kills every rank's actor and starts a fresh
+set (a new port), which resumes from the store's last checkpoint, resharded; MAX_RESTARTS
+such restarts over the launch. A trainer fenced off by a newer one returns FENCED_EXIT (at
+N ranks, rank 0's exit code is the trainer's): a result, not a crash, so it is not retried
+and fails the launch. After the trainer's last step, regions (and the other ranks) get
+REGION_STOP_S to see the stop signal and exit, then they are killed.
 
 Credentials: the launcher's AWS_* variables travel to every actor (its runtime_env), so the
 roles reach the store as the launcher does; a node's own AWS_* settings are overridden.
@@ -33,10 +47,11 @@ after the local launcher).
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Mapping
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -51,13 +66,16 @@ from fleetrl.store.run import RunNotFound, read_config_text
 if TYPE_CHECKING:
     from ray import ObjectRef
     from ray.actor import ActorHandle
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 REGION_RESOURCE_PREFIX = "region-"
-# Lifetime bounds per actor: ample for the odd node hiccup or bad episode over a long run,
-# while a role that dies right after each start (about a minute to load) fails the launch
-# within minutes instead of looping forever.
+# Lifetime bounds per actor (per launch for the ranks of a trainer at N ranks): ample for
+# the odd node hiccup or bad episode over a long run, while a role that dies right after
+# each start (about a minute to load) fails the launch within minutes instead of looping
+# forever.
 MAX_RESTARTS = 10
 REGION_STOP_S = 30.0  # how long regions get to exit on their own after the trainer is done
+KILL_WAIT_S = 30.0  # how long killed trainer actors get to be gone before new ones start
 
 
 class RayMissing(ImportError):
@@ -106,6 +124,131 @@ class Role:
         return region_role(self.url, self.region, self.workdir)
 
 
+class TrainerRank:
+    """One rank of a trainer at N ranks inside a Ray actor's process."""
+
+    def __init__(self, url: str, workdir: str) -> None:
+        self.url = url
+        self.workdir = Path(workdir)
+
+    def pid(self) -> int:
+        """The actor's process id (the actor answers while `run` works)."""
+        return os.getpid()
+
+    def meeting_point(self) -> tuple[str, int]:
+        """This node's IP address and a TCP port free on it now: rank 0's are where the
+        ranks' process group meets (MASTER_ADDR, MASTER_PORT)."""
+        import ray
+
+        with socket.socket() as sock:
+            sock.bind(("", 0))
+            port = sock.getsockname()[1]
+        return ray.util.get_node_ip_address(), port
+
+    def run(self, rank: int, world: int, address: str, port: int) -> int:
+        """Run rank `rank` of `world` to its end, the group meeting at `address`:`port`;
+        its exit code (0, or FENCED_EXIT). The environment is torchrun's, which the
+        trainer reads (`trainer.parallel.init_ranks`); LOCAL_RANK is 0, as nothing picks a
+        device by it (roles request CPUs only)."""
+        os.environ.update(
+            RANK=str(rank),
+            WORLD_SIZE=str(world),
+            LOCAL_RANK="0",
+            MASTER_ADDR=address,
+            MASTER_PORT=str(port),
+        )
+        return trainer_role(self.url, self.workdir)
+
+
+class TrainerActors:
+    """The launcher's side of the trainer. At one rank: actor "trainer" (a Role), which Ray
+    restarts itself. At N ranks: actors "trainer-0".."trainer-{N-1}" (TrainerRank), started
+    together; when one fails, all of them are killed and a fresh set starts."""
+
+    def __init__(
+        self,
+        ray: ModuleType,
+        world: int,
+        url: str,
+        run_dir: Path,
+        threads: int,
+        common: dict[str, Any],
+    ) -> None:
+        self.ray = ray
+        self.world = world
+        self.url = url
+        self.run_dir = run_dir
+        self.threads = threads  # each actor's CPUs
+        self.common = common  # what every actor of the run is created with
+        self.names = ["trainer"] if world == 1 else [f"trainer-{i}" for i in range(world)]
+        self.leader = self.names[0]  # its exit code is the trainer's
+        self.actors: list[ActorHandle] = []
+        self.runs: dict[ObjectRef, str] = {}  # each actor's run, and the actor's name
+        self.restarts = 0  # of the whole set, at N ranks
+
+    def start(self) -> None:
+        """Create the actors, the leader pinned to this node, and start their runs;
+        RunFailed when this run's trainer actors exist already (a second launch)."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        node = self.ray.get_runtime_context().get_node_id()
+        here = NodeAffinitySchedulingStrategy(node, soft=False)
+        try:
+            if self.world == 1:
+                self._start_one(here)
+            else:
+                self._start_ranks(here)
+        except ValueError as err:
+            raise RunFailed(str(err)) from None
+
+    def _start_one(self, here: NodeAffinitySchedulingStrategy) -> None:
+        role = self.ray.remote(max_restarts=MAX_RESTARTS, max_task_retries=MAX_RESTARTS)(Role)
+        options = {"num_cpus": self.threads, "scheduling_strategy": here, **self.common}
+        actor = role.options(name=self.leader, **options).remote(self.url, str(self.run_dir))
+        self.actors = [actor]
+        # A role that raises is retried like one whose process died (max_task_retries).
+        self.runs = {actor.run.options(retry_exceptions=True).remote(): self.leader}
+
+    def _start_ranks(self, here: NodeAffinitySchedulingStrategy) -> None:
+        rank_actor = self.ray.remote(max_restarts=0)(TrainerRank)  # the set restarts, not one
+        self.actors = []
+        for rank, name in enumerate(self.names):
+            placement = {"scheduling_strategy": here} if rank == 0 else {}
+            options = {"num_cpus": self.threads, **placement, **self.common}
+            self.actors.append(
+                rank_actor.options(name=name, **options).remote(self.url, str(self.run_dir))
+            )
+        address, port = self.ray.get(self.actors[0].meeting_point.remote())
+        self.runs = {
+            actor.run.remote(rank, self.world, address, port): name
+            for rank, (actor, name) in enumerate(zip(self.actors, self.names, strict=True))
+        }
+
+    def failed(self, name: str, err: Exception) -> None:
+        """Actor `name`'s run failed with `err`. At N ranks: kill every rank and start a
+        fresh set, a new incarnation that resumes from the store's last checkpoint, or
+        RunFailed once MAX_RESTARTS are spent. At one rank Ray has retried it already:
+        RunFailed."""
+        if self.world == 1:
+            raise RunFailed(f"{name} failed and Ray gave up restarting it:\n{err}") from None
+        if self.restarts == MAX_RESTARTS:
+            raise RunFailed(
+                f"{name} failed after {self.restarts} restarts of the trainer's "
+                f"{self.world} ranks:\n{err}"
+            ) from None
+        self.kill()
+        self.restarts += 1
+        self.start()
+
+    def kill(self) -> None:
+        """Kill the actors and wait (up to KILL_WAIT_S) for their runs to end, so that no
+        rank of this set still works once the next set starts."""
+        for actor in self.actors:
+            self.ray.kill(actor)
+        runs = list(self.runs)
+        self.ray.wait(runs, num_returns=len(runs), timeout=KILL_WAIT_S)
+
+
 def store_credentials(environ: Mapping[str, str]) -> dict[str, str]:
     """The launcher's AWS_* variables (keys, region, endpoint), which each role needs to
     reach an S3 store from whichever node it lands on."""
@@ -127,11 +270,13 @@ def run_ray(
     regions: int = 1,
     progress: bool = True,
     address: str | None = None,
+    trainer_ranks: int = 1,
 ) -> None:
-    """Run the created run's trainer and `regions` regions as Ray actors until the trainer's
-    steps are done. Joins the Ray session this process already has, or connects to the
-    cluster at `address` (or RAY_ADDRESS; "auto": the one `ray start` runs on this machine),
-    or starts a private local Ray sized for the roles; stops only what it started.
+    """Run the created run's trainer (at `trainer_ranks` ranks) and `regions` regions as Ray
+    actors until the trainer's steps are done. Joins the Ray session this process already
+    has, or connects to the cluster at `address` (or RAY_ADDRESS; "auto": the one
+    `ray start` runs on this machine), or starts a private local Ray sized for the roles;
+    stops only what it started.
 
     Raises RunFailed when the store holds no run, a role keeps failing, the trainer is
     fenced off or the cluster cannot place the regions; RayMissing without Ray."""
@@ -153,47 +298,59 @@ def run_ray(
         # A private instance even where `ray start` runs here (RAY_ADDRESS=auto joins that).
         # Logical CPUs, one per thread a role asks for, whatever the machine has: the local
         # launcher runs the same roles on the same cores.
-        cpus = config.trainer.threads + regions * config.rollout.threads
+        cpus = trainer_ranks * config.trainer.threads + regions * config.rollout.threads
         ray.init(address="local", num_cpus=cpus, include_dashboard=False)
     try:
-        actors = _start_roles(ray, config, url, run_dir, regions)
+        common = _common_options(config)
+        region_actors = _start_regions(ray, config, url, run_dir, regions, common)
+        trainer = TrainerActors(ray, trainer_ranks, url, run_dir, config.trainer.threads, common)
         try:
-            # A role that raises is retried like one whose process died (max_task_retries).
-            retried = {"retry_exceptions": True}
-            runs = {name: h.run.options(**retried).remote() for name, h in actors.items()}
-            code = _watch(ray, runs, run_dir / "metrics.jsonl", config.trainer.steps, progress)
+            trainer.start()
+            # A region that raises is retried like one whose process died (max_task_retries).
+            region_runs = {
+                handle.run.options(retry_exceptions=True).remote(): name
+                for name, handle in region_actors.items()
+            }
+            metrics = run_dir / "metrics.jsonl"
+            code = _watch(ray, trainer, region_runs, metrics, config.trainer.steps, progress)
             if code == FENCED_EXIT:
                 raise RunFailed("the trainer was fenced off: a newer trainer of this run runs")
-            # The trainer has written the stop object: regions finish their loop and exit.
-            regions_left = [ref for name, ref in runs.items() if name != "trainer"]
-            ray.wait(regions_left, num_returns=len(regions_left), timeout=REGION_STOP_S)
+            # The trainer has written the stop object: regions finish their loop and exit;
+            # the other ranks have little left to do.
+            others = region_runs | trainer.runs
+            left = [ref for ref, name in others.items() if name != trainer.leader]
+            ray.wait(left, num_returns=len(left), timeout=REGION_STOP_S)
         finally:
-            for handle in actors.values():
+            trainer.kill()
+            for handle in region_actors.values():
                 ray.kill(handle)
     finally:
         if started:
             ray.shutdown()
 
 
-def _start_roles(
-    ray: ModuleType, config: RunConfig, url: str, run_dir: Path, regions: int
-) -> dict[str, ActorHandle]:
-    """Create the trainer's actor on this node and each region's where the cluster places
-    it (their roles not started yet); RunFailed when that cannot be done."""
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    role = ray.remote(max_restarts=MAX_RESTARTS, max_task_retries=MAX_RESTARTS)(Role)
-    # A second concurrent call, so that `pid` answers while `run` works.
-    common = {"namespace": namespace(config.name), "max_concurrency": 2}
+def _common_options(config: RunConfig) -> dict[str, Any]:
+    """What every actor of the run is created with: the run's namespace, a second
+    concurrent call (so that `pid` answers while `run` works), the store's credentials."""
+    common: dict[str, Any] = {"namespace": namespace(config.name), "max_concurrency": 2}
     if credentials := store_credentials(os.environ):
         common["runtime_env"] = {"env_vars": credentials}
-    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    return common
+
+
+def _start_regions(
+    ray: ModuleType,
+    config: RunConfig,
+    url: str,
+    run_dir: Path,
+    regions: int,
+    common: dict[str, Any],
+) -> dict[str, ActorHandle]:
+    """Create each region's actor where the cluster places it (its role not started yet);
+    RunFailed when that cannot be done."""
+    role = ray.remote(max_restarts=MAX_RESTARTS, max_task_retries=MAX_RESTARTS)(Role)
     actors: dict[str, ActorHandle] = {}
     try:
-        options = {"num_cpus": config.trainer.threads, "scheduling_strategy": here}
-        actors["trainer"] = role.options(name="trainer", **options, **common).remote(
-            url, str(run_dir)
-        )
         for name, resources in region_placements(regions, ray.cluster_resources()):
             options = {"num_cpus": config.rollout.threads, "resources": resources}
             workdir = str(run_dir / "regions" / name)
@@ -206,11 +363,16 @@ def _start_roles(
 
 
 def _watch(
-    ray: ModuleType, runs: dict[str, ObjectRef], metrics: Path, steps: int, progress: bool
+    ray: ModuleType,
+    trainer: TrainerActors,
+    regions: dict[ObjectRef, str],
+    metrics: Path,
+    steps: int,
+    progress: bool,
 ) -> int:
-    """Wait for the trainer's exit code, showing its progress from metrics.jsonl;
-    RunFailed when Ray has given up on a role."""
-    watched = {ref: name for name, ref in runs.items()}
+    """Wait for the trainer's exit code, showing its progress from metrics.jsonl and
+    restarting a trainer at N ranks whose rank failed; RunFailed when a role cannot go on."""
+    watched = regions | trainer.runs
     columns = [TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[info]}")]
     with Progress(*columns, TimeElapsedColumn(), disable=not progress) as bar:
         task = bar.add_task("training", total=steps, info="waiting for the first group")
@@ -229,8 +391,13 @@ def _watch(
                 try:
                     code = ray.get(ref)
                 except ray.exceptions.RayError as err:
-                    raise RunFailed(
-                        f"{name} failed and Ray gave up restarting it:\n{err}"
-                    ) from None
-                if name == "trainer":
+                    if name not in trainer.names:
+                        raise RunFailed(
+                            f"{name} failed and Ray gave up restarting it:\n{err}"
+                        ) from None
+                    trainer.failed(name, err)
+                    watched = {r: n for r, n in watched.items() if n not in trainer.names}
+                    watched |= trainer.runs
+                    break  # the rest of `done` may be the old set's runs
+                if name == trainer.leader:
                     return code

@@ -1,6 +1,6 @@
 """The Ray launcher on a local Ray instance: a tiny run created in a local-folder store, its
-trainer and regions as actors. Checks the machinery (placement, restarts, shutdown), not
-learning."""
+trainer (one actor, or one per rank) and regions as actors. Checks the machinery
+(placement, restarts, shutdown), not learning."""
 
 from __future__ import annotations
 
@@ -24,6 +24,8 @@ from fleetrl.store.admission import read_heartbeats
 from fleetrl.store.objectstore import open_store
 from fleetrl.store.trajectories import TrajectoryChannel
 from fleetrl.store.weights import WeightStore
+from tests.integration.orchestrate.test_faults import steps_logged
+from tests.integration.orchestrate.test_fleet_faults import assert_ledger_exactly_once
 
 ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.timeout(300)
@@ -116,6 +118,58 @@ def test_a_role_that_keeps_failing_fails_the_launch(tmp_path, monkeypatch):
     shutil.rmtree(tmp_path / "store" / "run" / "base")  # no role can open the run now
     with pytest.raises(RunFailed, match="Ray gave up restarting it"):
         run_ray(config, tmp_path / "run", regions=1, progress=False)
+    assert not ray.is_initialized()
+
+
+def test_a_trainer_at_two_ranks_runs_as_two_actors_and_saves_two_shards(tmp_path):
+    config = tiny_run(tmp_path, "ray-ranks", steps=2)
+    run_dir = tmp_path / "run"
+    run_ray(config, run_dir, regions=1, progress=False, trainer_ranks=2)
+    groups = trained_groups(run_dir, 2)  # rank 0 wrote metrics.jsonl and final/ here
+    assert len(groups) == len(set(groups)) == 4
+    dcp = tmp_path / "store" / "checkpoints" / "step_000002" / "dcp"
+    assert sorted(p.name for p in dcp.glob("*.distcp")) == ["__0_0.distcp", "__1_0.distcp"]
+    assert not ray.is_initialized()
+
+
+def test_a_killed_rank_restarts_all_ranks_and_the_run_finishes(tmp_path):
+    """Rank 1's process killed after step 1: the launcher replaces both ranks, and the new
+    incarnation resumes from the store's checkpoint."""
+    config = tiny_run(tmp_path, "ray-rank-restart", steps=3)
+    run_dir = tmp_path / "run"
+    errors: list[BaseException] = []
+
+    def kill_rank_1_after_the_first_step() -> None:
+        try:
+            rank = None
+            while rank is None:
+                time.sleep(0.5)
+                with contextlib.suppress(ValueError):  # not created yet
+                    if ray.is_initialized():
+                        rank = ray.get_actor("trainer-1", namespace=namespace(config.name))
+            pid = ray.get(rank.pid.remote())
+            while steps_logged(run_dir / "metrics.jsonl") < 1:
+                time.sleep(0.2)
+            os.kill(pid, signal.SIGKILL)
+        except BaseException as err:
+            errors.append(err)
+
+    killer = threading.Thread(target=kill_rank_1_after_the_first_step, daemon=True)
+    killer.start()
+    run_ray(config, run_dir, regions=1, progress=False, trainer_ranks=2)
+    killer.join(10)
+    assert not errors, errors
+    assert_ledger_exactly_once(run_dir / "metrics.jsonl", 3)
+    train = [json.loads(line) for line in (run_dir / "metrics.jsonl").open() if '"train"' in line]
+    assert max(r["incarnation"] for r in train) == 2
+
+
+def test_trainer_ranks_that_keep_failing_fail_the_launch(tmp_path, monkeypatch):
+    monkeypatch.setattr(ray_launcher, "MAX_RESTARTS", 2)  # the bound, not its size, is tested
+    config = tiny_run(tmp_path, "ray-broken-ranks", steps=1)
+    shutil.rmtree(tmp_path / "store" / "run" / "base")  # no rank can open the run now
+    with pytest.raises(RunFailed, match="after 2 restarts of the trainer's 2 ranks"):
+        run_ray(config, tmp_path / "run", regions=0, progress=False, trainer_ranks=2)
     assert not ray.is_initialized()
 
 
