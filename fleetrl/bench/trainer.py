@@ -147,6 +147,16 @@ def run_trainer_bench(
     }
 
 
+def flat_figures(result: dict) -> dict:
+    """The result as one level of "LAYOUT figure" keys, for a two-column table."""
+    flat = {key: value for key, value in result.items() if key != "layouts"}
+    for row in result["layouts"]:
+        for key, value in row.items():
+            if key not in ("layout", "ranks", "threads"):
+                flat[f"{row['layout']} {key}"] = value
+    return flat
+
+
 def _rank(
     rank: int,
     layout: Layout,

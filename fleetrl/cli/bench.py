@@ -176,11 +176,13 @@ def bench_trainer(
     set_: SetOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
 ) -> None:
-    """The trainer at 1 and N ranks (FSDP2 over gloo): step time, publish time, peak
-    memory and model state per rank, bytes per version, on the run configuration's model
-    and global batch (groups_per_step x group_size episodes)."""
+    """The trainer at 1 and N ranks on one batch: step, publish, memory per rank.
+
+    FSDP2 over gloo, on the run configuration's model and global batch (groups_per_step x
+    group_size episodes): step and publish time, peak memory and model state per rank,
+    bytes per version, each layout (RANKSxTHREADS) side by side."""
     config = run_config(config_file, set_, {})
-    from fleetrl.bench.trainer import parse_layouts, run_trainer_bench
+    from fleetrl.bench.trainer import flat_figures, parse_layouts, run_trainer_bench
 
     try:
         chosen = parse_layouts(layouts)
@@ -201,15 +203,7 @@ def bench_trainer(
     if not (resolve_checkpoint(config.model.path) / "config.json").is_file():
         raise fail(f"model.path {config.model.path!r} is not a checkpoint directory")
     result = run_trainer_bench(config, chosen, steps, prompt_tokens, completion_tokens)
-    if as_json:
-        print_figures(result, "trainer benchmark", True)
-        return
-    flat = {k: v for k, v in result.items() if k != "layouts"}
-    for row in result["layouts"]:
-        for key, value in row.items():
-            if key not in ("layout", "ranks", "threads"):
-                flat[f"{row['layout']} {key}"] = value
-    print_figures(flat, "trainer benchmark", False)
+    print_figures(result if as_json else flat_figures(result), "trainer benchmark", as_json)
 
 
 @bench_app.command("pipeline")
