@@ -121,20 +121,10 @@ def test_a_role_that_keeps_failing_fails_the_launch(tmp_path, monkeypatch):
     assert not ray.is_initialized()
 
 
-def test_a_trainer_at_two_ranks_runs_as_two_actors_and_saves_two_shards(tmp_path):
-    config = tiny_run(tmp_path, "ray-ranks", steps=2)
-    run_dir = tmp_path / "run"
-    run_ray(config, run_dir, regions=1, progress=False, trainer_ranks=2)
-    groups = trained_groups(run_dir, 2)  # rank 0 wrote metrics.jsonl and final/ here
-    assert len(groups) == len(set(groups)) == 4
-    dcp = tmp_path / "store" / "checkpoints" / "step_000002" / "dcp"
-    assert sorted(p.name for p in dcp.glob("*.distcp")) == ["__0_0.distcp", "__1_0.distcp"]
-    assert not ray.is_initialized()
-
-
 def test_a_killed_rank_restarts_all_ranks_and_the_run_finishes(tmp_path):
-    """Rank 1's process killed after step 1: the launcher replaces both ranks, and the new
-    incarnation resumes from the store's checkpoint."""
+    """A trainer at 2 ranks is two actors, each saving its shards; rank 1's process killed
+    after step 1: the launcher replaces both ranks, and the new incarnation resumes from
+    the store's checkpoint."""
     config = tiny_run(tmp_path, "ray-rank-restart", steps=3)
     run_dir = tmp_path / "run"
     errors: list[BaseException] = []
@@ -162,14 +152,9 @@ def test_a_killed_rank_restarts_all_ranks_and_the_run_finishes(tmp_path):
     assert_ledger_exactly_once(run_dir / "metrics.jsonl", 3)
     train = [json.loads(line) for line in (run_dir / "metrics.jsonl").open() if '"train"' in line]
     assert max(r["incarnation"] for r in train) == 2
-
-
-def test_trainer_ranks_that_keep_failing_fail_the_launch(tmp_path, monkeypatch):
-    monkeypatch.setattr(ray_launcher, "MAX_RESTARTS", 2)  # the bound, not its size, is tested
-    config = tiny_run(tmp_path, "ray-broken-ranks", steps=1)
-    shutil.rmtree(tmp_path / "store" / "run" / "base")  # no rank can open the run now
-    with pytest.raises(RunFailed, match="after 2 restarts of the trainer's 2 ranks"):
-        run_ray(config, tmp_path / "run", regions=0, progress=False, trainer_ranks=2)
+    assert (run_dir / "final").is_dir()  # rank 0 worked in run_dir
+    dcp = tmp_path / "store" / "checkpoints" / "step_000003" / "dcp"
+    assert sorted(p.name for p in dcp.glob("*.distcp")) == ["__0_0.distcp", "__1_0.distcp"]
     assert not ray.is_initialized()
 
 
