@@ -1,8 +1,9 @@
-"""`fleetrl train --trainer-ranks 2` through faults: a rank killed -9 ends the trainer's
-incarnation (the launcher ends the other rank), restarts it and it resumes from
-the last checkpoint at 2 ranks; then the run is stopped and the same command at 1 rank
-continues it (the checkpoint reshards) to the end. The ledger is exactly-once over the
-three incarnations, and versions only increase."""
+"""The trainer at 2 ranks as users start it. `fleetrl train --trainer-ranks 2` through
+faults: a rank killed -9 ends the trainer's incarnation (the launcher ends the other rank),
+restarts it and it resumes from the last checkpoint at 2 ranks; then the run is stopped and
+the same command at 1 rank continues it (the checkpoint reshards) to the end. The ledger is
+exactly-once over the three incarnations, and versions only increase. And `fleetrl trainer`
+under torchrun, as the README shows it."""
 
 from __future__ import annotations
 
@@ -16,10 +17,13 @@ from pathlib import Path
 
 import pytest
 
+from fleetrl.config import load_config
+from fleetrl.orchestrate.run import create_run
 from fleetrl.store.objectstore import open_store
 from fleetrl.store.weights import WeightStore
 from tests.integration.orchestrate.test_faults import children, steps_logged
 from tests.integration.orchestrate.test_fleet_faults import assert_ledger_exactly_once
+from tests.integration.trainer.test_loop import feed
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -115,3 +119,26 @@ def test_a_killed_rank_restarts_the_trainer_and_another_rank_count_continues(
     last = {r["step"]: r for r in records}
     assert weights.latest() == max(weights.versions()) == last[STEPS]["version"]
     assert (run / "final" / "model.safetensors").is_file()
+
+
+def test_fleetrl_trainer_runs_under_torchrun(tmp_path, tiny_checkpoint):
+    """The README's form: `torchrun … -m fleetrl.cli trainer --store URL`, two ranks on
+    this machine, groups handed in by hand (no region)."""
+    store = tmp_path / "store"
+    overrides = {
+        "name": "t",
+        "model": {"path": str(tiny_checkpoint)},
+        "rollout": {"group_size": 2},
+        "trainer": {"steps": 2, "groups_per_step": 2, "checkpoint_every": 1},
+    }
+    create_run(load_config(overrides=overrides), str(store))
+    feed(tmp_path, "", range(4))  # into tmp_path / "store", the run's
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
+    argv += ["-m", "fleetrl.cli", "trainer", "--store", str(store)]
+    done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    records = train_records(tmp_path / "runs" / "t" / "metrics.jsonl")
+    assert sorted(g for r in records for g in r["group_ids"]) == [f"r/{i}" for i in range(4)]
+    shards = {k.rsplit("/", 1)[1] for k in open_store(str(store)).list("checkpoints/")}
+    assert {"__0_0.distcp", "__1_0.distcp"} <= shards
+    assert WeightStore(str(store)).latest() == 2
