@@ -156,16 +156,23 @@ def test_a_zombie_trainer_is_fenced_before_it_publishes(tmp_path, config_for):
         except BaseException as err:
             outcome.append(err)
 
-    thread = threading.Thread(target=zombie)
-    thread.start()
-    weights = WeightStore(str(run / "store"))
-    while weights.latest() is None:  # the zombie published version 0 and waits for groups
-        time.sleep(0.05)
-    assert claim_incarnation(weights.store) == 2  # a successor starts
-    feed(tmp_path, "zombie", range(2))
-    thread.join(timeout=120)
+    weights = succeed_a_zombie(tmp_path, threading.Thread(target=zombie))
     assert isinstance(outcome[0], Fenced)
     assert weights.latest() == 0  # the zombie published nothing after the successor came
+
+
+def succeed_a_zombie(tmp_path, zombie: threading.Thread) -> WeightStore:
+    """Start the `zombie` trainer of run "zombie"; once it has published version 0 and
+    waits for groups, a successor claims incarnation 2 and groups arrive: the zombie
+    trains a step and must not publish it. Returns the run's weight store."""
+    zombie.start()
+    weights = WeightStore(str(tmp_path / "zombie" / "store"))
+    while weights.latest() is None:
+        time.sleep(0.05)
+    assert claim_incarnation(weights.store) == 2
+    feed(tmp_path, "zombie", range(2))
+    zombie.join(timeout=120)
+    return weights
 
 
 def mixed_group(seed: int, oldest: int) -> list[Trajectory]:

@@ -6,19 +6,18 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from pathlib import Path
 
 import torch
 
 from fleetrl.config import RunConfig
 from fleetrl.model.checkpoint import load_pretrained
-from fleetrl.store.control import Fenced, claim_incarnation
+from fleetrl.store.control import Fenced
 from fleetrl.store.weights import WeightStore
 from fleetrl.trainer.loop import run_trainer
 from fleetrl.trainer.parallel import Ranks
 from tests.integration.trainer.ranks import at_ranks
-from tests.integration.trainer.test_loop import feed
+from tests.integration.trainer.test_loop import feed, succeed_a_zombie
 
 
 def _train(ranks: Ranks, config: RunConfig, run: str, out: str) -> None:
@@ -61,12 +60,6 @@ def test_a_zombie_at_two_ranks_is_fenced_on_every_rank_before_it_publishes(tmp_p
     run = tmp_path / "zombie"
     config = config_for("zombie", 2)
     zombie = threading.Thread(target=at_ranks, args=(2, _train, config, str(run), str(tmp_path)))
-    zombie.start()
-    weights = WeightStore(str(run / "store"))
-    while weights.latest() is None:  # the zombie published version 0 and waits for groups
-        time.sleep(0.05)
-    assert claim_incarnation(weights.store) == 2  # a successor starts
-    feed(tmp_path, "zombie", range(2))
-    zombie.join(timeout=120)
+    weights = succeed_a_zombie(tmp_path, zombie)
     assert outcomes(tmp_path) == [{"fenced": True}] * 2
     assert weights.latest() == 0  # the zombie published nothing after the successor came
