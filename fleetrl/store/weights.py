@@ -24,7 +24,9 @@ Contract:
   half-decoded is ever returned.
 - A publish that dies before its manifest and LATEST leaves latest() at the previous
   version; its orphan objects are overwritten by the next publish or removed by `gc`.
-- One publisher per store (the trainer, or a region's relay). Any number of readers.
+- One publisher per store (the trainer, or a region's relay); a trainer at N ranks
+  publishes each version in N parts, one per rank, committed as one manifest by rank 0
+  (`plan` / `prepare` / `write_part` / `commit` / `accept`). Any number of readers.
 - With `publish_dtype`, floating tensors are rounded to it on each publish, from the
   caller's tensors (float32 masters): rounding never accumulates across versions, and
   the versions (and their hashes) are the served weights, bit for bit.
