@@ -9,7 +9,7 @@ import asyncio
 
 import torch
 
-from fleetrl.config import load_config
+from fleetrl.config_files import load_config
 from fleetrl.envs.tasks.suites import load_tasks
 from fleetrl.inference.engine import Engine
 from fleetrl.model.checkpoint import BASE_MODEL, load_pretrained

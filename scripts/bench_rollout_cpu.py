@@ -15,7 +15,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from fleetrl.config import load_config
+from fleetrl.config_files import load_config
 from fleetrl.envs.verifier import cache
 from fleetrl.model.checkpoint import BASE_MODEL
 from fleetrl.model.qwen3 import decode_attention

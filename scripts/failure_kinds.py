@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-from fleetrl.config import load_config
+from fleetrl.config_files import load_config
 from fleetrl.envs.micro.gold import gold_change
 from fleetrl.envs.micro.suite import constants_of, materialise
 from fleetrl.model.chat import parse_reply

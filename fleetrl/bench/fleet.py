@@ -46,7 +46,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from fleetrl.config import RunConfig, with_overrides
+from fleetrl.config import RunConfig
+from fleetrl.config_files import with_overrides
 from fleetrl.observe.metrics import read_metrics
 from fleetrl.orchestrate.local import RunFailed, prepare_run
 from fleetrl.store.control import read_progress

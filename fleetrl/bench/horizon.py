@@ -41,7 +41,8 @@ from typing import Any, Protocol
 
 from rich.progress import Progress
 
-from fleetrl.config import RunConfig, with_overrides
+from fleetrl.config import RunConfig
+from fleetrl.config_files import with_overrides
 from fleetrl.files import write_whole
 from fleetrl.model.checkpoint import weights_digest
 from fleetrl.observe.horizon import compaction_error

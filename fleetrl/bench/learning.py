@@ -27,7 +27,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fleetrl.config import RunConfig, SftSection, TasksSection, with_overrides
+from fleetrl.config import RunConfig, SftSection, TasksSection
+from fleetrl.config_files import with_overrides
 from fleetrl.envs.tasks.records import TaskError
 from fleetrl.envs.tasks.suites import configured_tasks, training_tasks
 from fleetrl.orchestrate.local import run_local

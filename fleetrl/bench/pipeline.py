@@ -23,7 +23,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from fleetrl.config import RunConfig, with_overrides
+from fleetrl.config import RunConfig
+from fleetrl.config_files import with_overrides
 from fleetrl.observe.metrics import read_metrics
 from fleetrl.orchestrate.local import run_local
 from fleetrl.store.trajectories import TrajectoryChannel

@@ -37,7 +37,8 @@ def run_config(config_file: Path | None, sets: list[str] | None, shortcuts: dict
     """The run configuration tree every command reads: the TOML file (or the defaults),
     then `--set` overrides, then the command's own flags (`shortcuts`: dotted key -> value,
     None where the flag was not given). A bad key or value fails with a one-line error."""
-    from fleetrl.config import ConfigError, load_config, parse_overrides, set_key
+    from fleetrl.config import ConfigError
+    from fleetrl.config_files import load_config, parse_overrides, set_key
 
     try:
         overrides = parse_overrides(sets or [])

@@ -154,7 +154,8 @@ def region_command(
         raise fail(f"--name {name!r}: use letters, digits, '-' and '_'")
     if link_mbps is not None and (link_mbps <= 0 or not regional_store):
         raise fail("--link-mbps needs --regional-store and a bandwidth > 0")
-    from fleetrl.config import ConfigError, parse_overrides
+    from fleetrl.config import ConfigError
+    from fleetrl.config_files import parse_overrides
     from fleetrl.orchestrate.roles import START_ERRORS, roll_out, start_region
     from fleetrl.store.errors import StoreAccessError
     from fleetrl.store.objectstore import StoreUnreachable
@@ -265,7 +266,8 @@ def run_store_url(run_dir: Path) -> str | None:
     config.toml is not a valid config."""
     import logging
 
-    from fleetrl.config import ConfigError, load_config
+    from fleetrl.config import ConfigError
+    from fleetrl.config_files import load_config
     from fleetrl.store.control import store_url
 
     configured = ""

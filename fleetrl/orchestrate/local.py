@@ -36,7 +36,8 @@ from pathlib import Path
 
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from fleetrl.config import RunConfig, dump_config
+from fleetrl.config import RunConfig
+from fleetrl.config_files import dump_config
 from fleetrl.files import write_whole
 from fleetrl.model.checkpoint import resolve_checkpoint, weights_digest
 from fleetrl.observe.export import open_sinks

@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fleetrl.config import ConfigError, RunConfig, check_trainable, with_overrides
+from fleetrl.config import ConfigError, RunConfig, check_trainable
+from fleetrl.config_files import with_overrides
 from fleetrl.files import file_in_the_way
 from fleetrl.orchestrate.run import open_run, read_run_config
 from fleetrl.store.control import Fenced

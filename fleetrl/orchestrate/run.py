@@ -16,7 +16,8 @@ from pathlib import Path
 
 import torch
 
-from fleetrl.config import RunConfig, dump_config, parse_config, with_overrides
+from fleetrl.config import RunConfig
+from fleetrl.config_files import dump_config, parse_config, with_overrides
 from fleetrl.model.checkpoint import load_pretrained, resolve_checkpoint
 from fleetrl.store.objectstore import ObjectStore, open_store
 from fleetrl.store.run import (

@@ -34,6 +34,7 @@ from pathlib import Path
 from rich.progress import Progress
 
 import fleetrl.config as config_module
+import fleetrl.config_files as config_files_module
 from fleetrl.config import HarnessSection, RolloutSection
 from fleetrl.envs.tasks.guide import FIX
 from fleetrl.envs.tasks.workspace import ensure_repo
@@ -59,6 +60,7 @@ _SOURCES = (
     Path(engine_module.__file__),
     Path(chat.__file__),
     Path(config_module.__file__),
+    Path(config_files_module.__file__),
     Path(__file__),
 )
 _PACKAGES = ("mini-swe-agent", "litellm")  # their versions are part of the cache key

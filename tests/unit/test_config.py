@@ -5,15 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from fleetrl.config import (
-    PRESETS,
-    ConfigError,
-    check_trainable,
-    dump_config,
-    load_config,
-    parse_overrides,
-    with_overrides,
-)
+from fleetrl.config import ConfigError, check_trainable
+from fleetrl.config_files import PRESETS, dump_config, load_config, parse_overrides, with_overrides
 from fleetrl.envs.tasks.suites import load_tasks, training_tasks
 from fleetrl.model.checkpoint import resolve_checkpoint
 

@@ -1,8 +1,8 @@
 """The house rules: imports point down the data flow, the lab stays out of the product,
 and packages import nothing heavy.
 
-    types, config, observe, files  ←  model  ←  inference / envs / store  ←  rollout / trainer
-        ←  orchestrate  ←  bench  ←  cli
+    types, config, config_files, observe, files  ←  model  ←  inference / envs / store
+        ←  rollout / trainer  ←  orchestrate  ←  bench  ←  cli
 
 The benchmarks a user runs (`fleetrl bench …`) are a room of their own, imported only by
 `cli`. Research code lives under `scripts/` (its modules in `scripts/lab`): `fleetrl/`
@@ -22,13 +22,14 @@ from pathlib import Path
 import fleetrl
 
 ROOT = Path(fleetrl.__file__).parent
-FOUNDATION = {"types", "config", "observe", "files"}
+FOUNDATION = {"types", "config", "config_files", "observe", "files"}
 STAGES = {"inference", "envs", "store"}
 # What each top-level part may import besides itself.
 ALLOWED: dict[str, set[str]] = {
     "__init__": set(),
     "types": set(),
     "config": set(),
+    "config_files": {"config"},
     "observe": set(),
     "files": set(),
     "model": {"types", "files"},

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from fleetrl.config import HarnessSection, load_config
+from fleetrl.config import HarnessSection
+from fleetrl.config_files import load_config
 from fleetrl.envs.harness.loop import task_prompt
 from fleetrl.envs.long import suite as long
 from fleetrl.envs.tasks.guide import scripted_completion

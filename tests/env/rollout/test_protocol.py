@@ -12,7 +12,8 @@ import torch
 from typer.testing import CliRunner
 
 from fleetrl.cli import app
-from fleetrl.config import HarnessSection, RolloutSection, load_config
+from fleetrl.config import HarnessSection, RolloutSection
+from fleetrl.config_files import load_config
 from fleetrl.envs.tasks.records import write_jsonl
 from fleetrl.envs.tasks.suites import get_task, load_tasks
 from fleetrl.envs.tasks.workspace import ensure_repo

@@ -8,7 +8,7 @@ import threading
 from dataclasses import asdict
 from types import SimpleNamespace
 
-from fleetrl.config import load_config
+from fleetrl.config_files import load_config
 from fleetrl.model.checkpoint import load_pretrained
 from fleetrl.rollout import worker
 from fleetrl.rollout.region import Region

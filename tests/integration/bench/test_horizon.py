@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from fleetrl.bench.horizon import ARMS, document, run_arms
 from fleetrl.cli import app
-from fleetrl.config import load_config
+from fleetrl.config_files import load_config
 from fleetrl.envs.long.expert import LongExpert
 from fleetrl.model.checkpoint import resolve_checkpoint
 from fleetrl.model.tokenizer import bundled_tokenizer

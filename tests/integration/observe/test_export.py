@@ -7,7 +7,7 @@ import time
 import pytest
 import torch
 
-from fleetrl.config import load_config
+from fleetrl.config_files import load_config
 from fleetrl.observe.metrics import read_metrics, scalars
 from fleetrl.store.trajectories import RegionReport, TrajectoryChannel
 from fleetrl.trainer.loop import run_trainer

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from fleetrl.config import RunConfig, load_config
+from fleetrl.config import RunConfig
+from fleetrl.config_files import load_config
 from fleetrl.orchestrate import ray_launcher
 from fleetrl.orchestrate.local import RunFailed
 from fleetrl.orchestrate.ray_launcher import namespace, run_ray

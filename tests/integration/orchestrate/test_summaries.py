@@ -3,7 +3,7 @@ per model on the first held-out tasks with facts, and says which facts each kept
 
 from pathlib import Path
 
-from fleetrl.config import load_config, with_overrides
+from fleetrl.config_files import load_config, with_overrides
 from fleetrl.orchestrate.local import SUMMARY_EXAMPLES, summary_examples
 
 

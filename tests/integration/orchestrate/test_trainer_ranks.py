@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from fleetrl.config import load_config
+from fleetrl.config_files import load_config
 from fleetrl.orchestrate.run import create_run
 from fleetrl.store.objectstore import open_store
 from fleetrl.store.weights import WeightStore

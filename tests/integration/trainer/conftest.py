@@ -2,7 +2,7 @@
 
 import pytest
 
-from fleetrl.config import load_config
+from fleetrl.config_files import load_config
 
 
 @pytest.fixture

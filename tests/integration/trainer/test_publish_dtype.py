@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from fleetrl.bench.weights import flat_figures, run_weights_bench_from_run
-from fleetrl.config import load_config
+from fleetrl.config_files import load_config
 from fleetrl.model.checkpoint import load_pretrained
 from fleetrl.store.trajectories import RegionReport, TrajectoryChannel
 from fleetrl.store.weights import WeightStore

@@ -21,7 +21,7 @@ from fleetrl.bench.horizon import (
     summary_tokens,
     tokens_per_solved,
 )
-from fleetrl.config import load_config
+from fleetrl.config_files import load_config
 from fleetrl.observe.horizon import compaction_error, kept_facts
 from fleetrl.rollout.stats import summarise
 from fleetrl.types import Segment, Trajectory

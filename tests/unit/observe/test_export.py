@@ -8,7 +8,8 @@ import pytest
 from typer.testing import CliRunner
 
 from fleetrl.cli import app
-from fleetrl.config import ConfigError, ObserveSection, check_trainable, load_config
+from fleetrl.config import ConfigError, ObserveSection, check_trainable
+from fleetrl.config_files import load_config
 from fleetrl.observe.export import open_sinks
 from fleetrl.observe.metrics import MetricsLogger, read_metrics, scalars
 from fleetrl.observe.records import EvalRecord, SyncRecord, TrainRecord

@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from fleetrl.config import load_config
+from fleetrl.config_files import load_config
 from fleetrl.orchestrate.ray_launcher import (
     RayMissing,
     region_placements,

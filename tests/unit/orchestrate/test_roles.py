@@ -19,7 +19,8 @@ import fleetrl.orchestrate.roles
 import fleetrl.rollout.region
 import fleetrl.trainer.loop
 from fleetrl.cli import app
-from fleetrl.config import RunConfig, check_trainable, parse_config, with_overrides
+from fleetrl.config import RunConfig, check_trainable
+from fleetrl.config_files import parse_config, with_overrides
 from fleetrl.orchestrate.local import prepare_run
 from fleetrl.orchestrate.run import create_run
 from fleetrl.store.control import signal_stop

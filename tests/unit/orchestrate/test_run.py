@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from fleetrl.config import RunConfig, with_overrides
+from fleetrl.config import RunConfig
+from fleetrl.config_files import with_overrides
 from fleetrl.envs.tasks.suites import training_tasks
 from fleetrl.orchestrate.run import create_run, open_run, read_run_config
 from fleetrl.store.objectstore import open_store

@@ -5,7 +5,8 @@ import json
 
 import pytest
 
-from fleetrl.config import ConfigError, load_config
+from fleetrl.config import ConfigError
+from fleetrl.config_files import load_config
 from fleetrl.envs.tasks.suites import load_tasks
 from fleetrl.orchestrate import local
 from fleetrl.rollout.evaluate import evaluation_cache_path, pick_temperature, sweep_tasks

@@ -4,7 +4,7 @@ itself (store, resume, staleness) runs in tests/integration/trainer."""
 import pytest
 import torch
 
-from fleetrl.config import load_config
+from fleetrl.config_files import load_config
 from fleetrl.model.checkpoint import load_pretrained
 from fleetrl.trainer.loop import make_optimizer
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fleetrl.config import load_config
+from fleetrl.config_files import load_config
 from fleetrl.envs.harness.loop import Episode, run_episode, task_prompt
 from fleetrl.envs.long import suite as long
 from fleetrl.envs.long.expert import LONG_GUIDE, LongExpert

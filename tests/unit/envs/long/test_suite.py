@@ -17,7 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from fleetrl.cli.tasks import tasks_app
-from fleetrl.config import load_config
+from fleetrl.config_files import load_config
 from fleetrl.envs.harness.loop import task_prompt
 from fleetrl.envs.long import suite as long
 from fleetrl.envs.long.expert import LONG_GUIDE
