@@ -201,8 +201,19 @@ class TrainerSection(_Section):
     """Trainer steps: one batch each, and one policy version published after each (with
     `minibatches` > 1 a step takes that many optimizer steps). The default is a short run;
     `make demo` takes 12 (the `demo` preset, chosen on `val`: docs/benchmarks.md)."""
+    mode: Literal["groups", "online"] = "groups"
+    """groups: simulation RL, group-relative advantages over a task's samples. online:
+    real-time RL from served sessions (`fleetrl serve --store`), one sample per prompt,
+    the advantage taken against a running mean of its task's rewards (docs/realtime.md)."""
     groups_per_step: int = Field(8, ge=1)
     """Groups per step (P); a batch is P x group_size samples."""
+    online_sessions: int = Field(16, ge=1)
+    """online: sessions per step: a version every N sessions."""
+    online_interval_s: float = Field(600.0, gt=0)
+    """online: a step also trains fewer sessions once this long passed since the last one
+    (at least one version every T seconds while sessions arrive)."""
+    baseline_decay: float = Field(0.8, ge=0, lt=1)
+    """online: a task's baseline after each of its rewards r: d * baseline + (1 - d) * r."""
     minibatches: int = Field(2, ge=1)
     """PPO minibatches per batch: the proximal logprobs are computed once, then each part
     takes its own optimizer step, so from the second on the ratio π_θ/π_prox moves away

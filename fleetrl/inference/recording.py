@@ -44,6 +44,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict, dataclass, field
@@ -78,6 +79,39 @@ class RewardRequest(BaseModel):
     reward: float = Field(allow_inf_nan=False)  # the episode's return, e.g. 1.0 = solved
     # Task the session worked on: sessions of one task form a group (group advantages).
     task_id: str | None = Field(None, min_length=1, max_length=MAX_SESSION_ID)
+
+
+class FeedbackRequest(BaseModel):
+    """POST /v1/feedback: a session's outcome, as a reward or as signals a configured
+    function maps to one (`reward_of`); ends the session like POST …/reward."""
+
+    session_id: str = Field(min_length=1, max_length=MAX_SESSION_ID)
+    reward: float | None = Field(None, allow_inf_nan=False)
+    # Named outcomes, e.g. {"accepted": 1, "tests_passed": 0.5}: reward = sum(weight * value).
+    signals: dict[str, float] | None = None
+    task_id: str | None = Field(None, min_length=1, max_length=MAX_SESSION_ID)
+
+
+def reward_of(feedback: FeedbackRequest, weights: dict[str, float]) -> float:
+    """The reward of a feedback: its `reward`, or the weighted sum of its signals (a signal
+    not given counts 0). Raises InvalidFeedback for both or neither, an unknown signal or
+    a value that is not finite."""
+    if (feedback.reward is None) == (feedback.signals is None):
+        raise InvalidFeedback("give either reward or signals")
+    if feedback.reward is not None:
+        return feedback.reward
+    assert feedback.signals is not None
+    unknown = sorted(set(feedback.signals) - set(weights))
+    if unknown:
+        known = ", ".join(sorted(weights)) or "none (this server takes rewards only)"
+        raise InvalidFeedback(f"unknown signal {unknown[0]!r}; this server's signals: {known}")
+    if not all(math.isfinite(v) for v in feedback.signals.values()):
+        raise InvalidFeedback("signal values must be finite numbers")
+    return sum(weights[name] * value for name, value in feedback.signals.items())
+
+
+class InvalidFeedback(ValueError):
+    """A feedback the server cannot turn into a reward (a client's mistake: 400)."""
 
 
 @dataclass
@@ -170,10 +204,12 @@ class SessionRecorder:
         sink: GroupSink | None = None,
         name: str = "serve",
         clock: Callable[[], float] = time.monotonic,
+        signals: dict[str, float] | None = None,
     ) -> None:
         """`ttl_s`: a session without a turn or reward for this long expires (a rewarded one
         is forgotten after it too); `group_size`: rewarded sessions of one task per group;
-        `sink`: where groups go (None: counted, not sent); `name`: prefix of group ids."""
+        `sink`: where groups go (None: counted, not sent); `name`: prefix of group ids;
+        `signals`: the weight of each outcome signal POST /v1/feedback may carry."""
         if not ttl_s > 0 or group_size < 1:
             raise ValueError(f"need ttl_s > 0 and group_size >= 1, got {ttl_s}, {group_size}")
         self.tokenizer = tokenizer
@@ -182,6 +218,7 @@ class SessionRecorder:
         self.sink = sink
         self.name = name
         self.clock = clock
+        self.signals = dict(signals or {})
         self.stats = RecorderStats()
         self._sessions: dict[str, Session] = {}
         self._groups: dict[str, _Group] = {}  # by task_id, until group_size are rewarded

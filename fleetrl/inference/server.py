@@ -13,6 +13,8 @@ requests with a `user` are recorded as token-level sessions, and:
     GET  /v1/sessions                   the recorder's counters and the session ids held
     GET  /v1/sessions/{id}              one session's segments and turn count
     POST /v1/sessions/{id}/reward       {"reward", "task_id"?}: ends it, its trajectory is grouped
+    POST /v1/feedback                   {"session_id", "reward" or "signals", "task_id"?}: the
+                                        same, the signals weighted into a reward
 
 This module is the HTTP side: the app, its routes, admin auth, request size limits, error
 handling and `serve()`. What the bodies look like, the request schemas and the response
@@ -68,11 +70,14 @@ from fleetrl.inference.protocol import (
     usage,
 )
 from fleetrl.inference.recording import (
+    FeedbackRequest,
     GroupSink,
+    InvalidFeedback,
     RewardRequest,
     SessionEnded,
     SessionRecorder,
     UnknownSession,
+    reward_of,
 )
 from fleetrl.model.chat import encode_chat
 from fleetrl.model.checkpoint import DTYPES, load_pretrained, read_config
@@ -400,6 +405,15 @@ def add_session_routes(app: FastAPI, recorder: SessionRecorder) -> None:
     async def reward(session_id: str, body: RewardRequest) -> dict[str, Any]:
         """End a session with its reward; it becomes a trajectory of its task's group."""
         return await recorder.reward(session_id, body.reward, body.task_id)
+
+    @app.post("/v1/feedback")
+    async def feedback(body: FeedbackRequest) -> dict[str, Any]:
+        """A session's outcome (a reward, or signals mapped to one): ends it as /reward."""
+        try:
+            value = reward_of(body, recorder.signals)
+        except InvalidFeedback as err:
+            raise InvalidRequest(str(err)) from None
+        return await recorder.reward(body.session_id, value, body.task_id)
 
 
 def is_admin(headers: Headers, admin_token: str | None) -> bool:

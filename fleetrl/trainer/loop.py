@@ -38,7 +38,7 @@ from typing import TypeVar
 import torch
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-from fleetrl.config import RunConfig
+from fleetrl.config import RunConfig, TrainerSection
 from fleetrl.model.checkpoint import load_pretrained, resolve_checkpoint, save_pretrained
 from fleetrl.model.qwen3 import Qwen3
 from fleetrl.model.tokenizer import Tokenizer
@@ -56,12 +56,12 @@ from fleetrl.store.control import (
 from fleetrl.store.objectstore import ObjectStore
 from fleetrl.store.trajectories import GroupRecord, TrajectoryChannel, decode_record, encode_record
 from fleetrl.store.weights import WeightStore, WeightStoreOptions
-from fleetrl.trainer.advantages import has_signal
+from fleetrl.trainer.advantages import Baselines, has_signal
 from fleetrl.trainer.checkpoints import load_checkpoint, save_checkpoint
 from fleetrl.trainer.metrics import RunCounters, StepTiming, ledger, sync_record, train_record
 from fleetrl.trainer.parallel import ONE_RANK, Ranks, from_leader, shard_model, whole
 from fleetrl.trainer.publish import publish_version
-from fleetrl.trainer.step import samples_from_groups, train_step
+from fleetrl.trainer.step import samples_from_groups, samples_from_sessions, train_step
 
 T = TypeVar("T")
 
@@ -79,6 +79,7 @@ class TrainerState:
     skipped_groups: int = 0  # groups without reward variance (no signal)
     filtered_groups: int = 0  # of those, kept out of batches by dynamic sampling
     incarnation: int = 0  # this process's start count in the run (store.control)
+    baselines: Baselines = field(default_factory=Baselines)  # online: rewards' running means
 
 
 def staleness(record: GroupRecord, version: int) -> int:
@@ -148,8 +149,13 @@ def run_trainer(
         read = partial(_gather, channel, weights.store, state, pending, config, poll_s)
         state, gathered = from_leader(partial(_with_state, read, state), ranks)
         pending, dropped, filtered, wait_s = gathered
-        batch, pending = pending[: tc.groups_per_step], pending[tc.groups_per_step :]
-        samples, silent = samples_from_groups([r.trajectories for r in batch], tc.advantage)
+        batch, pending = _cut(pending, tc)
+        if tc.mode == "online":
+            sessions = [t for r in batch for t in r.trajectories]
+            samples = samples_from_sessions(sessions, state.baselines, tc.baseline_decay)
+            silent: list[int] = []
+        else:
+            samples, silent = samples_from_groups([r.trajectories for r in batch], tc.advantage)
         stats = train_step(model, optimizer, samples, tc, reference, ranks) if samples else None
         skipped = filtered + [batch[i] for i in silent]
         trained = [r for i, r in enumerate(batch) if i not in silent]
@@ -205,7 +211,8 @@ def _resume(
     if restored is None:
         return TrainerState(), []
     state, pending = restored
-    return TrainerState(**state), [decode_record(r) for r in pending]
+    baselines = Baselines(**state.pop("baselines", {}))  # none in checkpoints from before
+    return TrainerState(**state, baselines=baselines), [decode_record(r) for r in pending]
 
 
 def _publish_start(
@@ -257,14 +264,14 @@ def _gather(
                 dropped.append(record)
                 state.dropped_samples += len(record.trajectories)
                 state.dropped_groups += 1
-            elif tc.dynamic_sampling and not _has_signal(record):
+            elif tc.mode == "groups" and tc.dynamic_sampling and not _has_signal(record):
                 skipped.append(record)
                 state.skipped_groups += 1
                 state.filtered_groups += 1
             else:
                 kept.append(record)
         pending = kept
-        if len(pending) >= tc.groups_per_step:
+        if _ready(pending, tc, time.monotonic() - start):
             return pending, dropped, skipped, time.monotonic() - start
         if len(skipped) >= tc.max_skip_batches * tc.groups_per_step:
             return pending, dropped, skipped, time.monotonic() - start
@@ -273,6 +280,31 @@ def _gather(
         if not fresh:
             _report_progress(store, state, config, time.monotonic() - start)
             time.sleep(poll_s)
+
+
+def _ready(pending: list[GroupRecord], tc: TrainerSection, waited_s: float) -> bool:
+    """Whether the pending groups make a batch: P groups; online, N sessions, or any
+    once `online_interval_s` passed."""
+    if tc.mode == "groups":
+        return len(pending) >= tc.groups_per_step
+    sessions = sum(len(r.trajectories) for r in pending)
+    return sessions >= tc.online_sessions or (sessions > 0 and waited_s >= tc.online_interval_s)
+
+
+def _cut(
+    pending: list[GroupRecord], tc: TrainerSection
+) -> tuple[list[GroupRecord], list[GroupRecord]]:
+    """The step's batch and what stays pending: the first P groups; online, the first
+    groups holding up to N sessions (at least one group)."""
+    if tc.mode == "groups":
+        return pending[: tc.groups_per_step], pending[tc.groups_per_step :]
+    taken = sessions = 0
+    while taken < len(pending) and (
+        taken == 0 or sessions + len(pending[taken].trajectories) <= tc.online_sessions
+    ):
+        sessions += len(pending[taken].trajectories)
+        taken += 1
+    return pending[:taken], pending[taken:]
 
 
 def _with_state(read: Callable[[], T], state: TrainerState) -> tuple[TrainerState, T]:

@@ -28,7 +28,7 @@ import torch
 
 from fleetrl.config import TrainerSection
 from fleetrl.model.qwen3 import Qwen3
-from fleetrl.trainer.advantages import Estimator, group_advantages
+from fleetrl.trainer.advantages import Baselines, Estimator, group_advantages
 from fleetrl.trainer.loss import MEASURED_METRICS, loss_normalizer, policy_loss
 from fleetrl.trainer.parallel import (
     ONE_RANK,
@@ -106,6 +106,20 @@ def samples_from_groups(
             share = 1 / len(trajectory.segments)
             samples += [TrainSample(s, advantage, share) for s in trajectory.segments]
     return samples, skipped
+
+
+def samples_from_sessions(
+    sessions: list[Trajectory], baselines: Baselines, decay: float
+) -> list[TrainSample]:
+    """online: each session's segments with its advantage against its task's running
+    baseline (`Baselines`, which takes the sessions' rewards in)."""
+    rewards = [(t.task_id, t.reward) for t in sessions]
+    advantages = baselines.advantages(rewards, decay)
+    return [
+        TrainSample(segment, advantage, 1 / len(trajectory.segments))
+        for trajectory, advantage in zip(sessions, advantages, strict=True)
+        for segment in trajectory.segments
+    ]
 
 
 def collate(samples: list[TrainSample], pad_id: int = 0, replay: bool = True) -> SequenceBatch:
