@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -11,6 +13,7 @@ from fleetrl.cli.common import fail
 
 if TYPE_CHECKING:
     from fleetrl.inference.recording import GroupSink
+    from fleetrl.orchestrate.roles import Started
 
 model_app = typer.Typer(
     help="Create and inspect policy checkpoints.",
@@ -85,8 +88,12 @@ def model_init(
 
 def serve(
     checkpoint: Annotated[
-        Path, typer.Argument(help="Hugging Face checkpoint directory, or `base`.")
-    ],
+        Path | None,
+        typer.Argument(
+            help="Hugging Face checkpoint directory, or `base`; none with --store: the "
+            "run's served version, followed as it changes (real-time RL)."
+        ),
+    ] = None,
     host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port (0: any free one).")] = 8000,
     admin_token: Annotated[
@@ -124,20 +131,34 @@ def serve(
         ),
     ] = 3600.0,
     group_size: Annotated[
-        int,
+        int | None,
         typer.Option(
             help="With --record: rewarded sessions of one task_id that form a group "
-            "(match the run's rollout.group_size)."
+            "(default: the run's rollout.group_size, 1 for an online run; else 8)."
         ),
-    ] = 8,
+    ] = None,
     store: Annotated[
         str,
         typer.Option(
             "--store",
-            help="With --record: a run's object store (folder or s3://bucket/prefix, as "
-            "`fleetrl run create`); rewarded groups go into its trajectory channel.",
+            help="A run's object store (folder or s3://bucket/prefix, as `fleetrl run "
+            "create`): rewarded groups go into its trajectory channel. Without a "
+            "CHECKPOINT: serve, record and follow the run's served version.",
         ),
     ] = "",
+    signal: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="With --record: an outcome signal POST /v1/feedback may carry and its "
+            "weight, NAME=WEIGHT (repeatable); reward = sum of weight x value."
+        ),
+    ] = None,
+    workdir: Annotated[
+        Path | None,
+        typer.Option(
+            help="With --store and no CHECKPOINT: work folder (default runs/RUN/serve/REGION)."
+        ),
+    ] = None,
     region: Annotated[
         str,
         typer.Option(help="With --store: the name the groups carry in the channel."),
@@ -150,7 +171,12 @@ def serve(
         ),
     ] = "fleetrl",
 ) -> None:
-    """Serve a checkpoint: OpenAI-compatible API, token-level /generate, weight updates."""
+    """Serve a checkpoint, or a run's served version: OpenAI API, /generate, updates.
+
+    With --store URL and no CHECKPOINT the server is real-time RL's serving fleet: it
+    serves the version the run's gate passed (`fleetrl gate`), swaps each new one in
+    flight, and records every session (`user`) into the run, rewarded through
+    POST /v1/feedback (docs/realtime.md)."""
     if not 0 <= port <= 65535:
         raise fail(f"--port must be in 0..65535, got {port}")
     if max_batch_size < 1:
@@ -167,13 +193,27 @@ def serve(
         raise fail("--engine vllm serves float32 or bfloat16 (--dtype auto: bfloat16)")
     if not session_ttl > 0:
         raise fail(f"--session-ttl must be > 0 seconds, got {session_ttl}")
-    if group_size < 1:
+    if group_size is not None and group_size < 1:
         raise fail(f"--group-size must be >= 1, got {group_size}")
-    if store and not record:
+    if checkpoint is None and not store:
+        raise fail("give a CHECKPOINT to serve, or --store URL to serve a run's served version")
+    if store and not record and checkpoint is not None:
         raise fail("--store needs --record (only recorded sessions are sent to a run)")
     if not region.replace("-", "").replace("_", "").isalnum():
         raise fail(f"--region {region!r}: use letters, digits, '-' and '_'")
+    signals = parse_signals(signal or [])
     sink = channel_sink(store, region) if store else None
+    follow = None
+    if checkpoint is None:  # real-time RL: the run's served version, followed
+        started = start_serving_or_fail(store, region, workdir)
+        checkpoint = Path(started.config.model.path)
+        record = True
+        if group_size is None:
+            online = started.config.trainer.mode == "online"
+            group_size = 1 if online else started.config.rollout.group_size
+        from fleetrl.orchestrate.roles import follow_served
+
+        follow = partial(follow_served, started, region)
     from fleetrl.model.checkpoint import CheckpointError, read_config, resolve_checkpoint
 
     path = resolve_checkpoint(checkpoint)
@@ -204,12 +244,40 @@ def serve(
             threads=threads,
             record=record,
             session_ttl_s=session_ttl,
-            group_size=group_size,
+            group_size=group_size or 8,
             sink=sink,
             region=region,
             backend=engine,
+            signals=signals,
+            follow=follow,
         )
     except (CheckpointError, FileNotFoundError, ListenError, EngineUnavailable) as err:
+        raise fail(str(err)) from None
+
+
+def parse_signals(items: list[str]) -> dict[str, float]:
+    """--signal NAME=WEIGHT options as {name: weight}; fails on anything else."""
+    weights = {}
+    for item in items:
+        name, _, value = item.partition("=")
+        try:
+            weight = float(value)
+        except ValueError:
+            raise fail(f"--signal {item!r}: expected NAME=WEIGHT, e.g. accepted=1.0") from None
+        if not name or not math.isfinite(weight):
+            raise fail(f"--signal {item!r}: expected NAME=WEIGHT, e.g. accepted=1.0")
+        weights[name] = weight
+    return weights
+
+
+def start_serving_or_fail(url: str, region: str, workdir: Path | None) -> Started:
+    """The run at `url` opened for serving (`orchestrate.roles.start_serving`), or one line
+    and exit 2 for a user's mistake."""
+    from fleetrl.orchestrate.roles import START_ERRORS, start_serving
+
+    try:
+        return start_serving(url, region, workdir)
+    except START_ERRORS as err:
         raise fail(str(err)) from None
 
 

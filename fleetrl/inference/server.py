@@ -39,7 +39,7 @@ import hmac
 import socket
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -200,15 +200,22 @@ def create_app(
     max_request_bytes: int = 1 << 20,
     max_update_bytes: int = 8 << 30,
     recorder: SessionRecorder | None = None,
+    background: Callable[[asyncio.Event], Awaitable[None]] | None = None,
 ) -> FastAPI:
     """The FastAPI app serving `engine`. The engine runs on the app's event loop and is
     closed when the app shuts down. With a `recorder`, chat sessions are recorded and the
-    /v1/sessions routes exist; its expiry sweeps run while the app does."""
+    /v1/sessions routes exist; its expiry sweeps run while the app does. `background`
+    runs beside the app until the event it gets is set at shutdown (a weight follower)."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         sweeps = asyncio.create_task(recorder.run()) if recorder else None
+        stop = asyncio.Event()
+        task = asyncio.create_task(background(stop)) if background else None
         yield
+        if task is not None:
+            stop.set()
+            await task
         if sweeps is not None and recorder is not None:
             sweeps.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -487,6 +494,8 @@ def serve(
     group_size: int = 8,
     sink: GroupSink | None = None,
     region: str = "serve",
+    signals: dict[str, float] | None = None,
+    follow: Callable[[RolloutEngine, asyncio.Event], Awaitable[None]] | None = None,
 ) -> None:
     """Load a checkpoint and its tokenizer and serve them until interrupted (`fleetrl serve`).
 
@@ -496,7 +505,9 @@ def serve(
     bfloat16), served by this same app. Raises ListenError, before loading anything, when
     it cannot listen.
     With `record`, chat sessions are recorded (`SessionRecorder`: `session_ttl_s`,
-    `group_size`; groups go to `sink`, named after `region`).
+    `group_size`, the feedback `signals`' weights; groups go to `sink`, named after
+    `region`). `follow(engine, stop)` runs beside the server until shutdown: the caller's
+    weight follower, which swaps versions into the engine in flight.
     """
     if max_batch_size < 1 or max_model_len < 0 or (threads is not None and threads < 1):
         raise ValueError(
@@ -520,9 +531,23 @@ def serve(
         name = checkpoint.resolve().name
         recorder = None
         if record:
-            recorder = SessionRecorder(tokenizer, session_ttl_s, group_size, sink, region)
+            recorder = SessionRecorder(
+                tokenizer, session_ttl_s, group_size, sink, region, signals=signals
+            )
+        background = None
+        if follow is not None:
+            served = engine
+
+            async def background(stop: asyncio.Event) -> None:
+                await follow(served, stop)
+
         app = create_app(
-            engine, tokenizer, model_name=name, admin_token=admin_token, recorder=recorder
+            engine,
+            tokenizer,
+            model_name=name,
+            admin_token=admin_token,
+            recorder=recorder,
+            background=background,
         )
         updates = "enabled" if admin_token else "disabled"
         recording = "" if recorder is None else f", recording sessions ({where_to(sink)})"

@@ -3,6 +3,7 @@
     fleetrl trainer --store URL [--workdir DIR]        (or N of them under torchrun)
     fleetrl region --store URL --name NAME [--workdir DIR] [--regional-store URL
                    [--link-mbps M]] [--set rollout.KEY=VALUE …]
+    fleetrl serve --store URL [--region NAME]         (real-time RL: serves and records)
 
 Each opens the run (`orchestrate.run.open_run`): the config, the base checkpoint and the
 task folder are copied from the store into the process's own work folder (default
@@ -25,6 +26,7 @@ run's config once; the run gets them in a `Started`, never a URL to open again:
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,9 +38,12 @@ from fleetrl.files import file_in_the_way
 from fleetrl.orchestrate.run import open_run, read_run_config
 from fleetrl.store.control import Fenced
 from fleetrl.store.errors import StoreAccessError
+from fleetrl.store.follower import WeightFollower, WeightSink
 from fleetrl.store.manifest import LATEST_KEY
 from fleetrl.store.objectstore import BadStoreURL, ObjectStore, StoreUnreachable, open_store
 from fleetrl.store.run import RunNotFound
+from fleetrl.store.serving import served_version
+from fleetrl.store.weights import WeightStore, WeightStoreOptions
 
 FENCED_EXIT = 3  # not a crash: another incarnation runs the trainer now; do not restart
 
@@ -143,6 +148,35 @@ def start_region(
         # One cheap call: a regional store that is unreachable fails now, not after the copy.
         regional.exists(LATEST_KEY)
     return Started(open_run(store, config, workdir), workdir, store, regional)
+
+
+def start_serving(url: str, name: str, workdir: Path | None = None) -> Started:
+    """A serving process's start-up (`fleetrl serve --store URL`): the checks, then the run
+    copied into its work folder (default runs/RUN/serve/NAME), as a region's."""
+    store = open_store(url)
+    config = read_run_config(store)
+    workdir = check_workdir(workdir or default_workdir(config.name) / "serve" / name)
+    return Started(open_run(store, config, workdir), workdir, store)
+
+
+async def follow_served(
+    started: Started, name: str, engine: WeightSink, stop: asyncio.Event, poll_s: float = 1.0
+) -> None:
+    """Keep `engine` on the run's served version (`fleetrl.store.serving`: what the gate
+    passed, or an operator rolled back to), swapping each change in flight, until `stop`."""
+    options = WeightStoreOptions(
+        full_every=started.config.store.full_every,
+        publish_dtype=started.config.store.publish_dtype,
+    )
+    store = started.store
+    follower = WeightFollower(
+        WeightStore(store, options),
+        engine,
+        f"serve-{name}",
+        poll_s=poll_s,
+        target=lambda: served_version(store),
+    )
+    await follower.run(stop)
 
 
 def roll_out(started: Started, name: str, link_bytes_per_s: float | None = None) -> int:

@@ -19,9 +19,12 @@ A request in flight keeps its KV cache across the swap; its later tokens carry t
 version (Completion.versions spans old → new), which the trainer's off-policy correction
 expects.
 
+Rolling back (a target older than the version held) rebuilds the target from its nearest
+full snapshot: deltas only go forward.
+
 Not covered: pulling across regions (a RegionRelay does that once per region; point
 followers at the region's store), swapping in place without a copy (the Engine's
-update_weights takes whole tensors), rolling back to an older version.
+update_weights takes whole tensors).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -72,8 +76,12 @@ class WeightFollower:
         name: str,
         held: int | None = None,
         poll_s: float = 1.0,
+        target: Callable[[], int | None] | None = None,
     ) -> None:
+        """`target`: the version to hold (default: the store's latest; the serving fleet
+        follows the served version, `fleetrl.store.serving`, which may also go back)."""
         self.store = store
+        self.target = target or store.latest
         self.engine = engine
         self.name = name  # heartbeat name; unique per engine
         self.held = held  # store version the engine's weights are, if known
@@ -82,9 +90,10 @@ class WeightFollower:
         self.stats = FollowerStats()
 
     async def sync_once(self) -> VersionApplied | None:
-        """Apply the latest version if it is newer than the one held; None when up to date."""
-        latest = await asyncio.to_thread(self.store.latest)
-        if latest is None or (self.held is not None and latest <= self.held):
+        """Apply the target version (the latest, by default) if it is not the one held;
+        None when up to date."""
+        latest = await asyncio.to_thread(self.target)
+        if latest is None or latest == self.held:
             return None
         result = await self._fetch(latest)
         pause = await self.engine.update_weights(result.tensors, latest)

@@ -41,7 +41,7 @@ import json
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -495,12 +495,15 @@ class WeightStore:
                 states[key[len(FOLLOWERS_PREFIX) : -len(".json")]] = state
         return states
 
-    def gc(self, keep_last: int = 8, follower_ttl_s: float = 600.0) -> list[int]:
+    def gc(
+        self, keep_last: int = 8, follower_ttl_s: float = 600.0, pinned: Sequence[int] = ()
+    ) -> list[int]:
         """Delete old versions; returns the deleted version numbers.
 
         Kept: the last `keep_last` committed versions, every version after the oldest one
-        a live follower (heartbeat within `follower_ttl_s`) holds, and back to the newest
-        full snapshot below all of those, so each kept version stays reconstructible.
+        a live follower (heartbeat within `follower_ttl_s`) holds or that is `pinned`
+        (versions served before, to roll back to), and back to the newest full snapshot
+        below all of those, so each kept version stays reconstructible.
         Also removed: leftovers of publishes that died before committing.
         """
         latest = self.latest()
@@ -519,6 +522,7 @@ class WeightStore:
         keep_from = committed[max(0, len(committed) - max(1, keep_last))]
         for state in self.followers(max_age_s=follower_ttl_s).values():
             keep_from = min(keep_from, state.version)
+        keep_from = min([keep_from, *pinned])
         anchor = committed[0]
         for version in reversed(committed):
             if version <= keep_from and self.manifest(version).full:

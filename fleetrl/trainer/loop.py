@@ -54,6 +54,7 @@ from fleetrl.store.control import (
     write_progress,
 )
 from fleetrl.store.objectstore import ObjectStore
+from fleetrl.store.serving import rollback_targets
 from fleetrl.store.trajectories import GroupRecord, TrajectoryChannel, decode_record, encode_record
 from fleetrl.store.weights import WeightStore, WeightStoreOptions
 from fleetrl.trainer.advantages import Baselines, has_signal
@@ -195,7 +196,7 @@ def run_trainer(
             )
             if config.store.collect_garbage and ranks.leader:  # the checkpoint holds what was read
                 channel.delete_before(state.cursor)
-                weights.gc()
+                weights.gc(pinned=rollback_targets(weights.store))
     _save_final(model, tokenizer, run_dir / "final", ranks)
     if logger is not None:
         signal_stop(weights.store)

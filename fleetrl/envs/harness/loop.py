@@ -336,8 +336,15 @@ async def run_episode_openai(
     config: HarnessSection,
     temperature: float = 1.0,
     api_key: str = "unused",
+    user: str | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
 ) -> Episode:
-    """The same loop over an OpenAI-compatible chat endpoint (evaluation; no token record)."""
+    """The same loop over an OpenAI-compatible chat endpoint (evaluation; no token record).
+
+    `user`: sent as every request's `user`, the session id a recording server
+    (`fleetrl serve --record`) records the episode under. `transport`: what carries the
+    requests (default httpx's own), e.g. one that retries and times them
+    (`fleetrl.rollout.users`)."""
     start = time.monotonic()
     messages: list[dict[str, Any]] = [
         {"role": m.role, "content": m.content} for m in task_prompt(task, config)
@@ -347,7 +354,9 @@ async def run_episode_openai(
     turns = tool_errors = 0
     reason = "max_turns"
     headers = {"Authorization": f"Bearer {api_key}"}
-    async with httpx.AsyncClient(base_url=base_url, headers=headers, timeout=config.wall_s) as http:
+    async with httpx.AsyncClient(
+        base_url=base_url, headers=headers, timeout=config.wall_s, transport=transport
+    ) as http:
         while turns < config.max_turns:
             if time.monotonic() - start > config.wall_s:
                 reason = "wall_time"
@@ -359,6 +368,8 @@ async def run_episode_openai(
                 "max_tokens": config.max_reply_tokens,
                 "temperature": temperature,
             }
+            if user is not None:
+                body["user"] = user
             response = await http.post("/chat/completions", json=body)
             response.raise_for_status()
             message = response.json()["choices"][0]["message"]
