@@ -347,6 +347,18 @@ class EvalSection(_Section):
         return self
 
 
+class GateSection(_Section):
+    """Real-time RL's gate (`fleetrl gate`): what a version must show before it is served."""
+
+    tasks: int = Field(60, ge=1)
+    """Held-out tasks (the first N of `eval.split`) each candidate and the served version
+    are run on, one episode each; the verdict pairs them per task."""
+    temperature: float = Field(0.0, ge=0)
+    """Sampling temperature of those episodes (0: greedy, the least noisy)."""
+    poll_s: float = Field(5.0, gt=0)
+    """Seconds between looks at the store for a newer version."""
+
+
 class SftSection(_Section):
     """`fleetrl sft`: supervised fine-tuning on expert demonstrations of the train split."""
 
@@ -458,6 +470,7 @@ class RunConfig(_Section):
     trainer: TrainerSection = Field(default_factory=TrainerSection)
     store: StoreSection = Field(default_factory=StoreSection)
     eval: EvalSection = Field(default_factory=EvalSection)
+    gate: GateSection = Field(default_factory=GateSection)
     sft: SftSection = Field(default_factory=SftSection)
     observe: ObserveSection = Field(default_factory=ObserveSection)
 

@@ -4,8 +4,9 @@ Errors a user can cause (a missing checkpoint, a bad option) end with a one-line
 and exit code 2, never a traceback.
 
 The commands live in one module per group: `model` (model init, serve), `train` (train,
-sft), `evaluate` (eval, verify), `runs` (run create, trainer, region, status, report) and
-`bench` and `numerics` (bench …); `common` holds what they share. Below is the whole command set.
+sft), `evaluate` (eval, verify), `runs` (run create, trainer, region, status, report),
+`realtime` (gate, rollback) and `bench` and `numerics` (bench …); `common` holds what they
+share. Below is the whole command set.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import os
 
 import typer
 
-from fleetrl.cli import bench, evaluate, horizon, model, numerics, runs, train
+from fleetrl.cli import bench, evaluate, horizon, model, numerics, realtime, runs, train
 from fleetrl.cli.tasks import tasks_app
 
 app = typer.Typer(
@@ -36,6 +37,8 @@ app.command()(train.sft)
 app.command("trainer")(runs.trainer_command)
 app.command("region")(runs.region_command)
 app.command("status")(runs.status_command)
+app.command("gate")(realtime.gate_command)
+app.command("rollback")(realtime.rollback_command)
 app.command("eval")(evaluate.eval_command)
 app.command()(evaluate.verify)
 app.command()(runs.report)

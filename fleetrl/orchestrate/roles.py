@@ -4,6 +4,7 @@
     fleetrl region --store URL --name NAME [--workdir DIR] [--regional-store URL
                    [--link-mbps M]] [--set rollout.KEY=VALUE …]
     fleetrl serve --store URL [--region NAME]         (real-time RL: serves and records)
+    fleetrl gate --store URL                          (real-time RL: what may be served)
 
 Each opens the run (`orchestrate.run.open_run`): the config, the base checkpoint and the
 task folder are copied from the store into the process's own work folder (default
@@ -153,9 +154,18 @@ def start_region(
 def start_serving(url: str, name: str, workdir: Path | None = None) -> Started:
     """A serving process's start-up (`fleetrl serve --store URL`): the checks, then the run
     copied into its work folder (default runs/RUN/serve/NAME), as a region's."""
+    return _start_in(url, workdir, Path("serve") / name)
+
+
+def start_gate(url: str, workdir: Path | None = None) -> Started:
+    """The gate's start-up (`fleetrl gate --store URL`), its work folder runs/RUN/gate."""
+    return _start_in(url, workdir, Path("gate"))
+
+
+def _start_in(url: str, workdir: Path | None, under: Path) -> Started:
     store = open_store(url)
     config = read_run_config(store)
-    workdir = check_workdir(workdir or default_workdir(config.name) / "serve" / name)
+    workdir = check_workdir(workdir or default_workdir(config.name) / under)
     return Started(open_run(store, config, workdir), workdir, store)
 
 
