@@ -1,0 +1,33 @@
+"""The simulated users' arrival process and their summary (the sessions themselves run
+against a real server in tests/integration/rollout/test_users.py)."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from fleetrl.rollout.users import UserSession, arrival_offsets, summarise
+
+
+def test_arrivals_are_a_seeded_poisson_process() -> None:
+    offsets = arrival_offsets(4.0, 20_000, random.Random(7))
+    gaps = np.diff([0.0, *offsets])
+    assert (gaps > 0).all()
+    assert gaps.mean() == pytest.approx(1 / 4.0, rel=0.03)
+    assert np.std(gaps) == pytest.approx(1 / 4.0, rel=0.05)  # exponential: sd = mean
+    assert arrival_offsets(4.0, 5, random.Random(7)) == offsets[:5]
+
+
+def test_summary_of_a_population() -> None:
+    sessions = [
+        UserSession("a", "t", arrived=0.0, ended=30.0, reward=1.0, request_latencies_s=[1.0]),
+        UserSession("b", "t", arrived=10.0, ended=60.0, reward=0.0, request_latencies_s=[3.0]),
+        UserSession("c", "t", arrived=20.0, ended=25.0, error="ConnectError: refused"),
+    ]
+    figures = summarise(sessions)
+    assert figures == figures | {"sessions": 3, "failed": 1, "mean_reward": 0.5}
+    assert figures["latency_p50_s"] == pytest.approx(2.0)
+    assert figures["sessions_per_minute"] == pytest.approx(2.0)  # 2 done in 60 s
+    assert summarise([])["latency_p99_s"] is None
