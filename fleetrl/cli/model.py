@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -300,7 +301,8 @@ def channel_sink(url: str, region: str) -> GroupSink:
 
     def send(group: list[Trajectory]) -> None:
         versions = [v for t in group for s in t.segments for v in s.versions if v >= 0]
-        report = RegionReport(region, max(versions, default=0), [t.duration_s for t in group])
+        durations = [t.duration_s for t in group]
+        report = RegionReport(region, max(versions, default=0), durations, handed_in=time.time())
         channel.append(region, group, report)
 
     return send

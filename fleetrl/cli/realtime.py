@@ -12,11 +12,11 @@ from fleetrl.cli.runs import StoreOption, WorkdirOption, lost_store
 
 
 def gate_command(store: StoreOption = "", workdir: WorkdirOption = None) -> None:
-    """The gate of a real-time run: serves a new version only if held-out pass@1 is not
-    worse than the served version's beyond noise; exits after the trainer's last step.
+    """Real-time RL's gate: serve a new version only if it does no worse on held-out tasks.
 
-    Each verdict is kept in the store (`fleetrl status` shows them); a rejected version is
-    never served."""
+    Held-out pass@1 of the newest version against the served version's, paired per task:
+    served unless worse beyond noise. Exits after the trainer's last step. Each verdict is
+    kept in the store (`fleetrl status` shows them); a rejected version is never served."""
     if not store:
         raise fail("--store is required")
     from fleetrl.orchestrate.gate import Gate
@@ -39,8 +39,9 @@ def rollback_command(
     store: StoreOption = "",
     to: Annotated[int, typer.Option("--to", help="The version to serve again.")] = -1,
 ) -> None:
-    """Serve an earlier version again, at once: every `fleetrl serve --store` process swaps
-    it in within a poll. Any of the last served versions (and the base, version 0)."""
+    """Serve an earlier version again, at once (one of the last served, or the base, 0).
+
+    Every `fleetrl serve --store` process swaps it in within a poll."""
     if not store:
         raise fail("--store is required")
     if to < 0:

@@ -229,6 +229,11 @@ def status_command(
             f"{r.heartbeat_age_s:.0f} s ago",
         )
     Console().print(table)
+    if status.verdicts:
+        typer.echo(f"served: version {status.served_version}; the gate's verdicts:")
+        for verdict in status.verdicts:
+            outcome = "passed" if verdict.passed else "REJECTED"
+            typer.echo(f"  version {verdict.version}: {outcome}: {verdict.reason}")
 
 
 def report(

@@ -70,6 +70,9 @@ class TrainRecord:
     # out of it by dynamic sampling (trainer.dynamic_sampling)
     dropped_group_ids: list[str]  # groups dropped since the previous step: too stale
     pending_group_ids: list[str]  # groups read but not trained yet, after this step
+    # s: mean age, at this step, of the groups it trained since they were handed in (a
+    # served session's feedback, real-time RL); None when no group says when
+    feedback_age_s: float | None = None
     guided_samples: int = 0  # expert episodes in guided groups (rollout.guide_failed_groups)
     guided_recoveries: int = 0  # of them, the ones finishing a sample after a refused edit
 

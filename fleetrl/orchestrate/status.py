@@ -3,7 +3,8 @@
 Trainer: version, step, samples trained and dropped, how long it has waited for groups,
 its incarnation and when it last reported. Each region: the version it holds, groups in
 flight, samples handed in and granted, failed episodes, its heartbeat's age and how many
-versions it lags the trainer.
+versions it lags the trainer. Real-time RL: the version served and the gate's verdicts,
+rejected ones included (`fleetrl.store.serving`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import asdict, dataclass
 from fleetrl.store.admission import read_grants, read_heartbeats
 from fleetrl.store.control import INCARNATIONS, read_progress, stop_signalled
 from fleetrl.store.objectstore import ObjectStore
+from fleetrl.store.serving import Verdict, served_version, verdicts
 from fleetrl.store.weights import WeightStore
 
 
@@ -45,6 +47,8 @@ class RunStatus:
     incarnation: int  # trainer starts so far
     stopped: bool  # the trainer signalled the end of the run
     regions: list[RegionStatus]
+    served_version: int  # what `fleetrl serve --store` processes serve (real-time RL)
+    verdicts: list[Verdict]  # the gate's, by version (none without a gate)
 
 
 def run_status(store: ObjectStore) -> RunStatus:
@@ -76,6 +80,8 @@ def run_status(store: ObjectStore) -> RunStatus:
         incarnation=len(store.list(INCARNATIONS)),
         stopped=stop_signalled(store),
         regions=regions,
+        served_version=served_version(store),
+        verdicts=verdicts(store),
     )
 
 

@@ -48,6 +48,7 @@ class RegionReport:
     # Episodes that failed since the last report (this group's, and those of groups dropped
     # for too few completed episodes), by reason: "ExceptionType: first line of message".
     failed_episodes: dict[str, int] = field(default_factory=dict)
+    handed_in: float = 0.0  # unix time the group was written (0: not recorded)
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> RegionReport:

@@ -3,6 +3,7 @@ trained batch, so the loop only says when to log, and the report reads the same 
 
 from __future__ import annotations
 
+import time
 from dataclasses import asdict, dataclass
 
 from fleetrl.observe.records import SyncRecord, TrainRecord
@@ -107,6 +108,7 @@ def train_record(
         trainer_idle_frac=timing.wait_s / timing.wall_s,
         output_scale=output_scale,
         tool_errors_mean=sum(t.tool_errors for t in sampled) / len(rewards),
+        feedback_age_s=_feedback_age(consumed),
         guided_samples=len(guided),
         guided_recoveries=sum(t.failed_edits > 0 for t in guided),
         incarnation=books.incarnation,
@@ -128,3 +130,10 @@ def sync_record(published: PublishResult, batch: list[GroupRecord]) -> SyncRecor
         sync_pause_ms=1000 * sum(s.pause_s for s in swaps) / len(swaps) if swaps else None,
         sync_fetch_ms=1000 * sum(s.fetch_s for s in swaps) / len(swaps) if swaps else None,
     )
+
+
+def _feedback_age(consumed: list[GroupRecord]) -> float | None:
+    """Mean seconds since the consumed groups were handed in (those that say when)."""
+    now = time.time()
+    ages = [now - r.report.handed_in for r in consumed if r.report.handed_in > 0]
+    return sum(ages) / len(ages) if ages else None

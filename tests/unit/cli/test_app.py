@@ -30,6 +30,8 @@ def test_cli_surface_is_frozen():
         "trainer",
         "region",
         "status",
+        "gate",
+        "rollback",
     }
     result = runner.invoke(app, ["model", "--help"])
     assert result.exit_code == 0 and "init" in result.output
