@@ -204,7 +204,7 @@ def serve(
         raise fail(f"--region {region!r}: use letters, digits, '-' and '_'")
     signals = parse_signals(signal or [])
     sink = channel_sink(store, region) if store else None
-    follow = None
+    follow, journal = None, None
     if checkpoint is None:  # real-time RL: the run's served version, followed
         started = start_serving_or_fail(store, region, workdir)
         checkpoint = Path(started.config.model.path)
@@ -215,6 +215,7 @@ def serve(
         from fleetrl.orchestrate.roles import follow_served
 
         follow = partial(follow_served, started, region)
+        journal = started.workdir / "sessions"  # a restart here takes its sessions back
     from fleetrl.model.checkpoint import CheckpointError, read_config, resolve_checkpoint
 
     path = resolve_checkpoint(checkpoint)
@@ -251,6 +252,7 @@ def serve(
             backend=engine,
             signals=signals,
             follow=follow,
+            journal=journal,
         )
     except (CheckpointError, FileNotFoundError, ListenError, EngineUnavailable) as err:
         raise fail(str(err)) from None

@@ -34,8 +34,12 @@ its own. A group still short after `ttl_s` is sent if it has 2 or more samples (
 advantages need two) and dropped and counted otherwise; a sink that raises keeps its group
 for the next sweep.
 
-Not covered: `n > 1` within a session (refused), streaming, persistence across restarts (a
-restart loses the sessions in flight; shutdown logs how many).
+With a `SessionJournal` (`fleetrl serve --store`), every session is kept on disk as it
+grows, and a restarted process takes them back (`fleetrl.inference.journal`): a session
+goes on across the restart, and a rewarded one not yet sent is sent. Without one, a
+restart loses the sessions in flight (shutdown logs how many).
+
+Not covered: `n > 1` within a session (refused), streaming.
 """
 
 from __future__ import annotations
@@ -52,6 +56,13 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from fleetrl.inference.journal import (
+    SessionJournal,
+    clock_time,
+    decode_recording,
+    encode_recording,
+    wall_time,
+)
 from fleetrl.model.chat import Message, ToolCall, encode_chat, encode_continuation
 from fleetrl.model.tokenizer import Tokenizer
 from fleetrl.types import Completion, Segment, Trajectory
@@ -135,6 +146,7 @@ class RecorderStats:
     groups_dropped: int = 0  # groups under MIN_GROUP after ttl_s: not sent
     groups_unsent: int = 0  # groups finished without a sink (no store configured)
     send_failures: int = 0  # sink calls that raised (the group is retried)
+    recovered: int = 0  # sessions taken back from the journal at start-up
 
 
 @dataclass
@@ -159,6 +171,7 @@ class Session:
     tool_calls: int = 0  # tool calls in those replies
     rewrites: int = 0  # turns whose history did not match the recording
     reward: float | None = None  # set once rewarded: the session has ended
+    task_id: str | None = None  # the reward's
 
 
 @dataclass
@@ -191,6 +204,7 @@ class Turn:
 class _Group:
     trajectories: list[Trajectory]
     started: float  # recorder clock at its first reward
+    sessions: list[str] = field(default_factory=list)  # the trajectories' session ids
 
 
 class SessionRecorder:
@@ -205,11 +219,13 @@ class SessionRecorder:
         name: str = "serve",
         clock: Callable[[], float] = time.monotonic,
         signals: dict[str, float] | None = None,
+        journal: SessionJournal | None = None,
     ) -> None:
         """`ttl_s`: a session without a turn or reward for this long expires (a rewarded one
         is forgotten after it too); `group_size`: rewarded sessions of one task per group;
         `sink`: where groups go (None: counted, not sent); `name`: prefix of group ids;
-        `signals`: the weight of each outcome signal POST /v1/feedback may carry."""
+        `signals`: the weight of each outcome signal POST /v1/feedback may carry;
+        `journal`: where sessions are kept on disk, and recovered from at start-up."""
         if not ttl_s > 0 or group_size < 1:
             raise ValueError(f"need ttl_s > 0 and group_size >= 1, got {ttl_s}, {group_size}")
         self.tokenizer = tokenizer
@@ -222,8 +238,11 @@ class SessionRecorder:
         self.stats = RecorderStats()
         self._sessions: dict[str, Session] = {}
         self._groups: dict[str, _Group] = {}  # by task_id, until group_size are rewarded
-        self._outbox: list[list[Trajectory]] = []  # finished groups not yet accepted by the sink
+        self._outbox: list[_Group] = []  # finished groups not yet accepted by the sink
         self._group_seq = 0
+        self.journal = journal
+        if journal is not None:
+            self._recover(journal)
 
     # -- turns ------------------------------------------------------------------------
 
@@ -316,6 +335,7 @@ class SessionRecorder:
         session.last_active = self.clock()
         self.stats.turns += 1
         self.stats.sampled_tokens += n
+        self._keep(session)
 
     # -- reading and rewarding ------------------------------------------------------------
 
@@ -348,27 +368,12 @@ class SessionRecorder:
         async with session.lock:
             if session.reward is not None:
                 raise SessionEnded(f"session {session_id!r} was already rewarded")
-            session.reward = reward
+            session.reward, session.task_id = reward, task_id
             session.last_active = self.clock()
             self.stats.rewarded += 1
             self.stats.active = self._active()
-            trajectory = Trajectory(
-                task_id=task_id or session_id,
-                segments=[r.segment for r in session.recordings],
-                reward=reward,
-                finish_reason="external",
-                turns=session.turns,
-                tool_calls=session.tool_calls,
-                tool_errors=0,
-                duration_s=session.last_active - session.created,
-            )
-        key = task_id if task_id is not None else f"session:{session_id}"
-        group = self._groups.setdefault(key, _Group([], self.clock()))
-        group.trajectories.append(trajectory)
-        size = self.group_size if task_id is not None else 1
-        if len(group.trajectories) >= size:
-            del self._groups[key]
-            self._finish_group(group.trajectories)
+            self._keep(session)
+            trajectory, key = self._join_group(session)
         before = self.stats.groups_sent
         await self.flush()
         return {
@@ -379,6 +384,30 @@ class SessionRecorder:
             "sent": self.stats.groups_sent > before,
         }
 
+    def _join_group(self, session: Session) -> tuple[Trajectory, str]:
+        """A rewarded session's trajectory, added to its task's group (finished once it
+        holds group_size); the trajectory and the group's key."""
+        assert session.reward is not None
+        trajectory = Trajectory(
+            task_id=session.task_id or session.id,
+            segments=[r.segment for r in session.recordings],
+            reward=session.reward,
+            finish_reason="external",
+            turns=session.turns,
+            tool_calls=session.tool_calls,
+            tool_errors=0,
+            duration_s=session.last_active - session.created,
+        )
+        key = session.task_id if session.task_id is not None else f"session:{session.id}"
+        group = self._groups.setdefault(key, _Group([], self.clock()))
+        group.trajectories.append(trajectory)
+        group.sessions.append(session.id)
+        size = self.group_size if session.task_id is not None else 1
+        if len(group.trajectories) >= size:
+            del self._groups[key]
+            self._finish_group(group)
+        return trajectory, key
+
     def _get(self, session_id: str) -> Session:
         session = self._sessions.get(session_id)
         if session is None or not session.turns:  # a session whose turns all failed
@@ -388,30 +417,86 @@ class SessionRecorder:
     def _active(self) -> int:
         return sum(s.reward is None and s.turns > 0 for s in self._sessions.values())
 
-    def _finish_group(self, trajectories: list[Trajectory]) -> None:
+    def _finish_group(self, group: _Group) -> None:
         """Give a finished group its id and queue it for the sink."""
         group_id = f"{self.name}-{self._group_seq}"
         self._group_seq += 1
-        for trajectory in trajectories:
+        for trajectory in group.trajectories:
             trajectory.group_id = group_id
         if self.sink is None:
             self.stats.groups_unsent += 1
+            self._forget(group.sessions)
         else:
-            self._outbox.append(trajectories)
+            self._outbox.append(group)
 
     async def flush(self) -> None:
         """Hand queued groups to the sink (in a thread); one that raises stays queued."""
         while self._outbox and self.sink is not None:
             group = self._outbox[0]
             try:
-                await asyncio.to_thread(self.sink, group)
+                await asyncio.to_thread(self.sink, group.trajectories)
             except Exception:
                 self.stats.send_failures += 1
-                log.exception("recorded group %s not sent; retried later", group[0].group_id)
+                log.exception(
+                    "recorded group %s not sent; retried later", group.trajectories[0].group_id
+                )
                 return
             self._outbox.pop(0)
+            self._forget(group.sessions)
             self.stats.groups_sent += 1
-            self.stats.trajectories_sent += len(group)
+            self.stats.trajectories_sent += len(group.trajectories)
+
+    # -- the journal ------------------------------------------------------------------
+
+    def _keep(self, session: Session) -> None:
+        """Write the session to the journal, if there is one."""
+        if self.journal is None:
+            return
+        now = self.clock()
+        self.journal.save(
+            {
+                "id": session.id,
+                "created": wall_time(session.created, now),
+                "last_active": wall_time(session.last_active, now),
+                "recordings": [
+                    encode_recording(r.segment, r.history, r.tools) for r in session.recordings
+                ],
+                "turns": session.turns,
+                "tool_calls": session.tool_calls,
+                "rewrites": session.rewrites,
+                "reward": session.reward,
+                "task_id": session.task_id,
+            }
+        )
+
+    def _forget(self, session_ids: list[str]) -> None:
+        """Drop sessions from the journal: sent, expired or dropped."""
+        if self.journal is not None:
+            self.journal.remove(session_ids)
+
+    def _recover(self, journal: SessionJournal) -> None:
+        """Take back the sessions a previous process journaled: those still recording go
+        on; rewarded ones rejoin their groups, to be sent (again, if that process died
+        right after sending them)."""
+        now = self.clock()
+        for state in journal.load():
+            recordings = [_Recording(*decode_recording(r)) for r in state["recordings"]]
+            session = Session(
+                state["id"],
+                clock_time(state["created"], now),
+                clock_time(state["last_active"], now),
+                recordings=recordings,
+                turns=state["turns"],
+                tool_calls=state["tool_calls"],
+                rewrites=state["rewrites"],
+                reward=state["reward"],
+                task_id=state["task_id"],
+            )
+            self._sessions[session.id] = session
+            self.stats.recovered += 1
+            if session.reward is not None:
+                self._join_group(session)
+        self.stats.active = self._active()
 
     # -- expiry -----------------------------------------------------------------------
 
@@ -423,6 +508,8 @@ class SessionRecorder:
             if session.lock.locked() or now - session.last_active < self.ttl_s:
                 continue
             del self._sessions[session.id]
+            if session.reward is None:
+                self._forget([session.id])
             if session.reward is None and session.turns:
                 self.stats.expired += 1
                 log.warning(
@@ -434,9 +521,10 @@ class SessionRecorder:
             del self._groups[key]
             if len(group.trajectories) >= MIN_GROUP:
                 self.stats.partial_groups += 1
-                self._finish_group(group.trajectories)
+                self._finish_group(group)
             else:
                 self.stats.groups_dropped += 1
+                self._forget(group.sessions)
                 log.warning("group of %r dropped: 1 of %d sessions rewarded", key, self.group_size)
         self.stats.active = self._active()
         await self.flush()
@@ -444,6 +532,7 @@ class SessionRecorder:
     async def run(self) -> None:
         """Sweep every `ttl_s / 4` seconds (at most every minute) until cancelled."""
         period = min(self.ttl_s / 4, 60.0)
+        await self.flush()  # groups recovered from the journal
         while True:
             await asyncio.sleep(period)
             await self.sweep()

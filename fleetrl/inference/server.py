@@ -57,6 +57,7 @@ from starlette.types import Message as ASGIMessage
 
 from fleetrl.inference.backends import RolloutEngine, open_engine
 from fleetrl.inference.engine import Engine
+from fleetrl.inference.journal import SessionJournal
 from fleetrl.inference.protocol import (
     ChatRequest,
     CompletionRequest,
@@ -496,6 +497,7 @@ def serve(
     region: str = "serve",
     signals: dict[str, float] | None = None,
     follow: Callable[[RolloutEngine, asyncio.Event], Awaitable[None]] | None = None,
+    journal: Path | None = None,
 ) -> None:
     """Load a checkpoint and its tokenizer and serve them until interrupted (`fleetrl serve`).
 
@@ -506,8 +508,9 @@ def serve(
     it cannot listen.
     With `record`, chat sessions are recorded (`SessionRecorder`: `session_ttl_s`,
     `group_size`, the feedback `signals`' weights; groups go to `sink`, named after
-    `region`). `follow(engine, stop)` runs beside the server until shutdown: the caller's
-    weight follower, which swaps versions into the engine in flight.
+    `region`; with a `journal` folder, kept on disk and recovered at the next start).
+    `follow(engine, stop)` runs beside the server until shutdown: the caller's weight
+    follower, which swaps versions into the engine in flight.
     """
     if max_batch_size < 1 or max_model_len < 0 or (threads is not None and threads < 1):
         raise ValueError(
@@ -532,7 +535,13 @@ def serve(
         recorder = None
         if record:
             recorder = SessionRecorder(
-                tokenizer, session_ttl_s, group_size, sink, region, signals=signals
+                tokenizer,
+                session_ttl_s,
+                group_size,
+                sink,
+                region,
+                signals=signals,
+                journal=SessionJournal(journal) if journal is not None else None,
             )
         background = None
         if follow is not None:
