@@ -5,8 +5,8 @@ and exit code 2, never a traceback.
 
 The commands live in one module per group: `model` (model init, serve), `train` (train,
 sft), `evaluate` (eval, verify), `runs` (run create, trainer, region, status, report),
-`realtime` (gate, rollback) and `bench` and `numerics` (bench …); `common` holds what they
-share. Below is the whole command set.
+`realtime` (gate, rollback) and `bench`, `numerics`, `horizon` and `realtime_bench`
+(bench …); `common` holds what they share. Below is the whole command set.
 """
 
 from __future__ import annotations
@@ -15,7 +15,17 @@ import os
 
 import typer
 
-from fleetrl.cli import bench, evaluate, horizon, model, numerics, realtime, runs, train
+from fleetrl.cli import (
+    bench,
+    evaluate,
+    horizon,
+    model,
+    numerics,
+    realtime,
+    realtime_bench,
+    runs,
+    train,
+)
 from fleetrl.cli.tasks import tasks_app
 
 app = typer.Typer(
@@ -28,6 +38,7 @@ app = typer.Typer(
 app.add_typer(model.model_app, name="model")
 bench.bench_app.command("mismatch")(numerics.bench_mismatch_command)
 bench.bench_app.command("horizon")(horizon.bench_horizon_command)
+bench.bench_app.command("realtime")(realtime_bench.bench_realtime_command)
 app.add_typer(bench.bench_app, name="bench")
 app.add_typer(tasks_app, name="tasks")
 app.add_typer(runs.run_app, name="run")

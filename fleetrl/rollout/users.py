@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import random
 import time
 from dataclasses import dataclass, field
@@ -61,6 +62,7 @@ class UserSession:
     finish_reason: str = ""  # how the episode ended (`Trajectory.finish_reason`)
     turns: int = 0
     request_latencies_s: list[float] = field(default_factory=list)  # per chat request
+    versions: set[int] = field(default_factory=set)  # policy versions that sampled its replies
     feedback_status: int | None = None  # HTTP status of the feedback POST; None: none answered
     error: str | None = None  # why the user gave up; None when all went through
 
@@ -70,11 +72,18 @@ class _RetryingTransport(httpx.AsyncBaseTransport):
     timeout) or a 429/5xx one is sent again, with exponential backoff, until another
     answer comes or `retry_s` seconds have passed since the first try (then the last
     error stands). Each answered request's wall time, retries and body included, is
-    appended to `latencies`."""
+    appended to `latencies`; with `versions`, the policy versions that sampled each
+    answered (200) chat response are added to it (`sampled_versions`)."""
 
-    def __init__(self, retry_s: float, latencies: list[float] | None = None) -> None:
+    def __init__(
+        self,
+        retry_s: float,
+        latencies: list[float] | None = None,
+        versions: set[int] | None = None,
+    ) -> None:
         self.retry_s = retry_s
         self.latencies = latencies if latencies is not None else []
+        self.versions = versions
         self._inner = httpx.AsyncHTTPTransport()
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
@@ -95,6 +104,8 @@ class _RetryingTransport(httpx.AsyncBaseTransport):
                 if not busy or not patience_left():
                     await response.aread()
                     self.latencies.append(time.monotonic() - start)
+                    if self.versions is not None and response.status_code == 200:
+                        self.versions.update(sampled_versions(response.content))
                     return response
                 await response.aclose()
             await asyncio.sleep(delay)
@@ -102,6 +113,13 @@ class _RetryingTransport(httpx.AsyncBaseTransport):
 
     async def aclose(self) -> None:
         await self._inner.aclose()
+
+
+def sampled_versions(body: bytes) -> set[int]:
+    """The policy versions that sampled a chat response's tokens: its choices' `versions`,
+    which fleetrl's server adds to OpenAI's response (none from a server without them)."""
+    choices = json.loads(body).get("choices") or []
+    return {v for choice in choices for v in choice.get("versions") or [] if v >= 0}
 
 
 def arrival_offsets(rate_per_s: float, count: int, rng: random.Random) -> list[float]:
@@ -161,7 +179,9 @@ async def run_users(
                 temperature,
                 api_key,
                 user=session.session_id,
-                transport=_RetryingTransport(retry_s, session.request_latencies_s),
+                transport=_RetryingTransport(
+                    retry_s, session.request_latencies_s, session.versions
+                ),
             )
             changes = await asyncio.to_thread(sandbox_changes, sandbox, repo)
         finally:

@@ -45,6 +45,7 @@ def test_users_drive_a_recording_server(tiny_checkpoint: Path, tasks: list[Task]
     for u in users:  # two slots: no user starts while two others are working
         assert sum(o.started <= u.started < o.ended for o in users if o is not u) <= 1
     assert all(len(u.request_latencies_s) == u.turns >= 1 for u in users)
+    assert all(u.versions == {0} for u in users)  # the checkpoint serves as version 0
     assert all(0 < s < 30 for u in users for s in u.request_latencies_s)
     assert summarise(users)["failed"] == 0
 

@@ -3,12 +3,13 @@ against a real server in tests/integration/rollout/test_users.py)."""
 
 from __future__ import annotations
 
+import json
 import random
 
 import numpy as np
 import pytest
 
-from fleetrl.rollout.users import UserSession, arrival_offsets, summarise
+from fleetrl.rollout.users import UserSession, arrival_offsets, sampled_versions, summarise
 
 
 def test_arrivals_are_a_seeded_poisson_process() -> None:
@@ -31,3 +32,9 @@ def test_summary_of_a_population() -> None:
     assert figures["latency_p50_s"] == pytest.approx(2.0)
     assert figures["sessions_per_minute"] == pytest.approx(2.0)  # 2 done in 60 s
     assert summarise([])["latency_p99_s"] is None
+
+
+def test_versions_of_a_chat_response() -> None:
+    body = {"choices": [{"versions": [3, 3, 4]}, {"versions": [-1, 5]}]}
+    assert sampled_versions(json.dumps(body).encode()) == {3, 4, 5}
+    assert sampled_versions(b'{"choices": [{"message": {"content": "hi"}}]}') == set()

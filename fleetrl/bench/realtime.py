@@ -1,0 +1,566 @@
+"""`fleetrl bench realtime`: real-time RL end to end, one online run of real processes.
+
+    fleetrl run create (trainer.mode = online, trainer.steps = ceil(sessions / online_sessions))
+      ├─ fleetrl trainer ─── a step every online_sessions sessions ─▶ weights/vN
+      ├─ fleetrl gate ────── vN against the served version, held-out ─▶ control/serving.json
+      └─ fleetrl serve ───── serves and follows control/serving.json, records each session
+            ▲ chat                 │ feedback ─▶ trajectories/ (a group of one) ─▶ trainer
+            └── simulated users (this process, `fleetrl.rollout.users`): Poisson arrivals
+                on the train tasks, the micro harness, the verifier's verdict as feedback
+    the trainer ends ─▶ the gate judges the last version and ends
+      ─▶ latency: one load with no swap, then the same while the served version toggles
+      ─▶ serve stops ─▶ held-out pass@1 of the first and the last served versions
+
+Each process logs into the run folder's logs/ and is stopped, whatever happens, before the
+benchmark returns. The trainer's steps cover the sessions exactly; when some never reach a
+step (a user failed, a session was too stale), the trainer would wait for sessions that no
+longer come (or train the last few once trainer.online_interval_s passed), so once it
+waits for sessions after the users are done the benchmark stops it and signals the run's
+end itself (`trainer_ended` says which way it ended; what it had not trained is pending).
+
+The figures (the JSON document):
+- reward_over_time: the sessions in arrival order cut into REWARD_BINS near-equal bins;
+  per bin its mean reward (the verifier's), when it ran (seconds from the first arrival)
+  and the versions that sampled its replies; reward_change: the last bin's mean less the
+  first's. The goal: the served reward rises.
+- heldout: greedy pass@1 of the first served version (0, the base) and of the last one on
+  the first `heldout_tasks` tasks of eval.split, each with its 95% bootstrap interval over
+  tasks, and the paired gain last - first in points with its interval (`paired_gain`);
+  `separated`: the last's interval wholly above the first's, the goal.
+- latency: p50/p99 of short chat requests (LATENCY_CONCURRENCY at once, one started every
+  LATENCY_GAP_S), with no swap and while the served version toggles every SWAP_EVERY_S
+  between the first and the last served versions (the newest published one when only 0
+  was served, which `note` says); their p99 ratio, failed requests and the versions that
+  answered (`mixed`: a reply two versions sampled, swapped in flight). Goals: no failed
+  request, a p99 ratio of at most 1.5.
+- sessions_per_version: sessions each version sampled replies for (a session whose
+  replies two versions sampled counts for both).
+- feedback_age_s (mean and max over steps of each step's mean age of its sessions' feedback
+  at training) and staleness_mean (versions, mean over steps).
+- sessions: the ledger. started, answered (feedback 200), failed (a user gave up), then
+  where the channel's groups went: trained, skipped, dropped (too stale), pending (not
+  trained at the end); duplicated (groups the server sent twice, counted in those places
+  once each time); expired (recorded, never rewarded, as the server counts them) and
+  lost = answered - every place, which must be 0 (below 0: more groups than answered
+  sessions, sent twice or answered with an error after the send).
+  user_errors: why each user who gave up did, by session; server: the recorder's counters.
+- verdicts (the gate's), versions_published, served_version, wall_s and each phase's time.
+
+Not covered: killing the trainer or the serving process mid-run (the fleet's fault tests
+cover the trainer and regions), several serving processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+from fleetrl.config import RunConfig
+from fleetrl.config_files import with_overrides
+from fleetrl.envs.tasks.suites import configured_tasks
+from fleetrl.observe.metrics import read_metrics
+from fleetrl.orchestrate.gate import Gate
+from fleetrl.orchestrate.local import prepare_run
+from fleetrl.orchestrate.roles import Started
+from fleetrl.rollout.evaluate import evaluate_at
+from fleetrl.rollout.stats import EvalResult, paired_gain, task_rates
+from fleetrl.rollout.users import UserSession, run_users, sampled_versions
+from fleetrl.store.control import Progress, read_progress, signal_stop
+from fleetrl.store.objectstore import ObjectStore, open_store
+from fleetrl.store.serving import serve_version, served_version, verdicts
+from fleetrl.store.trajectories import GroupRecord, TrajectoryChannel
+from fleetrl.store.weights import WeightStore
+from fleetrl.types import Task
+
+REWARD_BINS = 8
+SEED = 0  # the users' arrivals and tasks
+SERVE_START_S = 300.0  # for `fleetrl serve` to load the model and print its URL
+TRAINER_GRACE_S = 600.0  # for the trainer's last step, once the users are done
+SETTLE_S = 5.0  # after the users, before a trainer that waits for sessions is stopped
+GATE_TIMEOUT_S = 3600.0  # for the gate's last verdict, once the trainer has ended
+POLL_S = 0.5
+LATENCY_PROMPTS = ("Say hello.", "Name a prime number.", "What is 2 + 3?", "Spell cat.")
+LATENCY_MAX_TOKENS = 16
+LATENCY_CONCURRENCY = 4
+LATENCY_GAP_S = 0.25  # between the starts of two requests of a latency phase
+SWAP_EVERY_S = 1.0
+REQUEST_TIMEOUT_S = 120.0
+RECORDER_COUNTERS = ("sessions", "rewarded", "expired", "groups_sent", "send_failures")
+
+
+class RealtimeBenchError(RuntimeError):
+    """The run did not go through (a process failed or hung); the first line says which and
+    names its log."""
+
+
+@dataclass
+class RealtimeWorkload:
+    """What the run serves and measures."""
+
+    sessions: int = 200  # simulated users, one session each
+    rate_per_s: float = 0.2  # their mean arrival rate
+    concurrency: int = 4  # users working at once, at most
+    heldout_tasks: int = 100  # the first N tasks of eval.split for held-out pass@1
+    latency_requests: int = 40  # chat requests per latency phase
+
+
+@dataclass
+class _Roles:
+    """The run's processes (`python -m fleetrl.cli ROLE --store URL …`), each logging into
+    logs/ROLE.log of the run folder."""
+
+    url: str
+    run_dir: Path
+    popens: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    def start(self, role: str, *argv: str) -> None:
+        """Start `role` with its own options after --store."""
+        command = [sys.executable, "-m", "fleetrl.cli", role, "--store", self.url, *argv]
+        with open(self.log(role), "ab") as log:
+            self.popens[role] = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+
+    def log(self, role: str) -> Path:
+        """Where `role` writes its output."""
+        return self.run_dir / "logs" / f"{role}.log"
+
+    def failed(self, role: str, what: str) -> RealtimeBenchError:
+        """The error for `role` having `what` (exited with N, hung …), with its log's tail."""
+        tail = self.log(role).read_text(errors="replace").splitlines()[-20:]
+        return RealtimeBenchError("\n".join([f"{role} {what} (log: {self.log(role)})", *tail]))
+
+    def serve_url(self) -> str:
+        """The URL `fleetrl serve` prints in its start line (the port 0 was bound to)."""
+        deadline = time.monotonic() + SERVE_START_S
+        while not (found := re.search(r" on (http://\S+) \(", self.log("serve").read_text())):
+            if (code := self.popens["serve"].poll()) is not None:
+                raise self.failed("serve", f"exited with {code} before serving")
+            if time.monotonic() > deadline:
+                raise self.failed("serve", f"printed no URL within {SERVE_START_S:.0f} s")
+            time.sleep(POLL_S)
+        return found.group(1)
+
+    def wait(self, role: str, timeout_s: float) -> None:
+        """Wait for `role` to exit 0; RealtimeBenchError when it fails or outlasts timeout_s."""
+        try:
+            code = self.popens[role].wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            raise self.failed(role, f"did not end within {timeout_s:.0f} s") from None
+        if code != 0:
+            raise self.failed(role, f"exited with {code}")
+
+    def stop(self, role: str) -> None:
+        """SIGTERM `role` if it runs, SIGKILL if it is still there 10 s later."""
+        popen = self.popens[role]
+        if popen.poll() is None:
+            popen.terminate()
+            try:
+                popen.wait(10)
+            except subprocess.TimeoutExpired:
+                popen.kill()
+                popen.wait()
+
+
+@contextlib.contextmanager
+def _sigterm_unwinds() -> Iterator[None]:
+    """Within: SIGTERM raises SystemExit as Ctrl-C raises KeyboardInterrupt, so that
+    `finally` stops the run's processes (a handler is set only from the main thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def unwind(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, unwind)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def realtime_config(base: RunConfig, workload: RealtimeWorkload, name: str) -> RunConfig:
+    """The run: `base` turned online, with as many steps as the sessions fill, its store in
+    its run folder, and every version kept (the first and last are evaluated at the end)."""
+    steps = math.ceil(workload.sessions / base.trainer.online_sessions)
+    return with_overrides(
+        base,
+        {
+            "name": name,
+            "trainer": {"mode": "online", "steps": steps},
+            "store": {"url": "", "collect_garbage": False},
+        },
+    )
+
+
+@dataclass
+class _Laps:
+    """Seconds each phase of the run took, in order."""
+
+    seconds: dict[str, float] = field(default_factory=dict)
+    since: float = field(default_factory=time.monotonic)
+
+    def lap(self, phase: str) -> None:
+        """`phase` ends now; the next one begins."""
+        now = time.monotonic()
+        self.seconds[phase], self.since = now - self.since, now
+
+
+@dataclass
+class _Served:
+    """What the run's processes did, measured while they ran."""
+
+    users: list[UserSession]
+    trainer_ended: str  # how: its steps done, or stopped by the bench
+    last: int  # the version served at the end
+    latency: dict[str, Any]
+    recorder: dict[str, Any]  # the server's counters at the end (GET /v1/sessions)
+
+
+def run_realtime_bench(
+    base: RunConfig,
+    workload: RealtimeWorkload,
+    run_dir: Path,
+    echo: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Run the online run in `run_dir` (a new folder: its name is the run's) from `base`,
+    serve it to the simulated users, and measure it; the figures (the module's docstring).
+    `echo`: told each phase as it begins. RealtimeBenchError when a process fails."""
+    say = echo or (lambda line: None)
+    config = realtime_config(base, workload, run_dir.name)
+    tasks = configured_tasks(config.tasks, config.tasks.split)
+    laps = _Laps()
+    store = open_store(prepare_run(config, run_dir))
+    with _sigterm_unwinds():
+        served = _serve_and_train(config, workload, tasks, run_dir, store, laps, say)
+    say(f"held-out pass@1 of versions 0 and {served.last} ...")
+    heldout = _heldout(config, store, run_dir, served.last, workload.heldout_tasks)
+    laps.lap("heldout_s")
+    users = served.users
+    metrics = run_dir / "metrics.jsonl"  # written from the trainer's first step on
+    train = [r for r in read_metrics(metrics) if r["kind"] == "train"] if metrics.exists() else []
+    progress = read_progress(store)
+    ages = [r["feedback_age_s"] for r in train if r["feedback_age_s"] is not None]
+    bins = reward_over_time(users, REWARD_BINS)
+    change = None
+    if len(bins) > 1 and None not in (bins[0]["mean_reward"], bins[-1]["mean_reward"]):
+        change = bins[-1]["mean_reward"] - bins[0]["mean_reward"]
+    return {
+        "reward_over_time": bins,
+        "reward_change": change,
+        "heldout": heldout,
+        "latency": served.latency,
+        "sessions_per_version": sessions_per_version(users),
+        "feedback_age_s": {
+            "mean": float(np.mean(ages)) if ages else None,
+            "max": max(ages, default=None),
+        },
+        "staleness_mean": float(np.mean([r["staleness_mean"] for r in train])) if train else None,
+        "sessions": session_ledger(
+            users,
+            train,
+            progress,
+            TrajectoryChannel(store).read_new({}),  # the run collects no garbage
+            served.recorder["expired"],
+        ),
+        "user_errors": {user.session_id: user.error[:200] for user in users if user.error},
+        "server": {key: served.recorder[key] for key in RECORDER_COUNTERS},
+        "verdicts": [asdict(verdict) for verdict in verdicts(store)],
+        "versions_published": len(WeightStore(store).versions()),
+        "served_version": served.last,
+        "trainer_ended": served.trainer_ended,
+        "wall_s": sum(laps.seconds.values()),
+        "phases_s": laps.seconds,
+        "config": {
+            "model": config.model.path,
+            "run_dir": str(run_dir),
+            "train_tasks": len(tasks),
+            "online_sessions": config.trainer.online_sessions,
+            "trainer_steps": config.trainer.steps,
+            "max_staleness": config.trainer.max_staleness,
+            "gate_tasks": config.gate.tasks,
+            "user_temperature": config.rollout.temperature,
+            **asdict(workload),
+        },
+    }
+
+
+def _serve_and_train(
+    config: RunConfig,
+    workload: RealtimeWorkload,
+    tasks: list[Task],
+    run_dir: Path,
+    store: ObjectStore,
+    laps: _Laps,
+    say: Callable[[str], None],
+) -> _Served:
+    """The run's processes from start to stop: the users, the trainer's and the gate's
+    ends, the latency phases; every process stopped before it returns or raises."""
+    roles = _Roles(store.url, run_dir)
+    try:
+        roles.start("trainer", "--workdir", str(run_dir))
+        roles.start("gate", "--workdir", str(run_dir / "gate"))
+        roles.start("serve", "--port", "0", "--workdir", str(run_dir / "serve"))
+        url = roles.serve_url()
+        laps.lap("start_s")
+        say(f"{workload.sessions} users at {workload.rate_per_s:g}/s against {url} ...")
+        users = asyncio.run(
+            run_users(
+                url,
+                "served",
+                tasks,
+                config.harness,
+                workload.rate_per_s,
+                workload.sessions,
+                seed=SEED,
+                temperature=config.rollout.temperature,
+                concurrency=workload.concurrency,
+                rollout=config.rollout,
+            )
+        )
+        laps.lap("users_s")
+        say(f"waiting for the trainer ({config.trainer.steps} steps) and the gate ...")
+        trainer_ended = _await_trainer(roles, config, store, users_done=time.time())
+        roles.wait("gate", GATE_TIMEOUT_S)
+        laps.lap("trainer_and_gate_after_users_s")
+        last = served_version(store)
+        say("latency, with no swap and while versions swap ...")
+        latency = asyncio.run(_latency(url, store, last, workload.latency_requests))
+        recorder = httpx.get(f"{url}/v1/sessions", timeout=REQUEST_TIMEOUT_S).json()
+        laps.lap("latency_s")
+    finally:
+        for role in roles.popens:
+            roles.stop(role)
+    return _Served(users, trainer_ended, last, latency, recorder)
+
+
+def _await_trainer(roles: _Roles, config: RunConfig, store: ObjectStore, users_done: float) -> str:
+    """Wait for the trainer to end; how it ended. Once it reports waiting for sessions more
+    than SETTLE_S after the users were done (`users_done`, unix time), every session is in
+    the channel and it has read them: short of its steps, it waits for sessions that no
+    longer come (or for trainer.online_interval_s to train the last few). Then it is
+    stopped, and the run's end signalled for the gate."""
+    deadline = time.monotonic() + TRAINER_GRACE_S
+    while (code := roles.popens["trainer"].poll()) is None:
+        progress = read_progress(store)
+        idle = progress.waiting_s > 0 and progress.time > users_done + SETTLE_S
+        if idle and progress.step < config.trainer.steps:
+            roles.stop("trainer")
+            signal_stop(store)
+            return f"stopped by the bench after step {progress.step}: no batch left to fill"
+        if time.monotonic() > deadline:
+            raise roles.failed("trainer", f"did not end within {TRAINER_GRACE_S:.0f} s")
+        time.sleep(POLL_S)
+    if code != 0:
+        raise roles.failed("trainer", f"exited with {code}")
+    return "its steps done"
+
+
+def reward_over_time(users: list[UserSession], bins: int) -> list[dict[str, Any]]:
+    """The sessions in arrival order in `bins` near-equal bins (fewer with fewer sessions):
+    each bin's sessions, mean reward of the graded ones (None: none graded), span in
+    seconds from the first arrival, and the versions that sampled its replies."""
+    ordered = sorted(users, key=lambda user: user.arrived)
+    if not ordered:
+        return []
+    start = ordered[0].arrived
+    figures = []
+    for part in np.array_split(np.arange(len(ordered)), min(bins, len(ordered))):
+        chunk = [ordered[i] for i in part]
+        rewards = [user.reward for user in chunk if user.reward is not None]
+        figures.append(
+            {
+                "sessions": len(chunk),
+                "mean_reward": float(np.mean(rewards)) if rewards else None,
+                "from_s": chunk[0].arrived - start,
+                "to_s": max(user.ended for user in chunk) - start,
+                "versions": sorted(set().union(*(user.versions for user in chunk))),
+            }
+        )
+    return figures
+
+
+def sessions_per_version(users: list[UserSession]) -> dict[str, int]:
+    """{version: sessions it sampled replies for}, by version (JSON keys are strings)."""
+    counts = Counter(version for user in users for version in user.versions)
+    return {str(version): counts[version] for version in sorted(counts)}
+
+
+def session_ledger(
+    users: list[UserSession],
+    train: list[dict[str, Any]],
+    progress: Progress,
+    channel: list[GroupRecord],
+    expired: int,
+) -> dict[str, int]:
+    """Where every session went (online, a group is one session): the users' side (started,
+    answered, failed); trained and skipped from the train records; dropped as too stale
+    from the trainer's `progress` (its records name a drop only at the step after it);
+    pending: the rest of the `channel`'s groups (read and waiting for a step, or unread);
+    duplicated: groups the server sent twice (the same recorder group id); the server's
+    `expired`; and `lost`: answered sessions in none of those places."""
+    placed = {
+        "trained": sum(len(r["group_ids"]) for r in train),
+        "skipped": sum(len(r["skipped_group_ids"]) for r in train),
+        "dropped": progress.dropped_samples,
+    }
+    placed["pending"] = len(channel) - sum(placed.values())
+    sent = {t.group_id for record in channel for t in record.trajectories}
+    answered = sum(user.feedback_status == 200 for user in users)
+    return {
+        "started": sum(user.started > 0 for user in users),
+        "answered": answered,
+        "failed": sum(user.error is not None for user in users),
+        **placed,
+        "duplicated": len(channel) - len(sent),
+        "expired": expired,
+        "lost": answered - sum(placed.values()),
+    }
+
+
+@dataclass
+class _Answer:
+    """One latency request as its client saw it."""
+
+    latency_s: float
+    ok: bool  # answered 200
+    versions: set[int]  # the versions that sampled its reply
+
+
+async def _latency(url: str, store: ObjectStore, last: int, requests: int) -> dict[str, Any]:
+    """The latency figures: `requests` chat requests with no swap, then as many while the
+    served version toggles between 0 and `last` (or the newest version when the run served
+    only 0); the served version is `last` again afterwards."""
+    other, note = last, None
+    if last == 0:
+        other = WeightStore(store).latest() or 0
+        note = f"only version 0 was served: toggled between 0 and the newest, {other}"
+    async with httpx.AsyncClient(base_url=url, timeout=REQUEST_TIMEOUT_S) as http:
+        await _ask(http, 0)  # a warm-up, not counted
+        calm = await _load(http, requests)
+        stop = asyncio.Event()
+        toggler = asyncio.create_task(_toggle(store, (0, other), stop))
+        swapping = await _load(http, requests)
+        stop.set()
+        toggles = await toggler
+    if served_version(store) != last:
+        serve_version(store, last, "rollback")
+    none, swaps = _phase(calm), _phase(swapping)
+    ratio = None
+    if none["p99_s"] and swaps["p99_s"] is not None:
+        ratio = swaps["p99_s"] / none["p99_s"]
+    return {
+        "no_swaps": none,
+        "swaps": swaps | {"toggles": toggles},
+        "p99_ratio": ratio,
+        "toggled_between": [0, other],
+        "note": note,
+        "concurrency": LATENCY_CONCURRENCY,
+        "gap_s": LATENCY_GAP_S,
+        "swap_every_s": SWAP_EVERY_S,
+        "max_tokens": LATENCY_MAX_TOKENS,
+    }
+
+
+async def _toggle(store: ObjectStore, pair: tuple[int, int], stop: asyncio.Event) -> int:
+    """Serve pair[0], pair[1], pair[0], … every SWAP_EVERY_S until `stop`; how many times."""
+    toggles = 0
+    while not stop.is_set():
+        await asyncio.to_thread(serve_version, store, pair[toggles % 2], "rollback")
+        toggles += 1
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), SWAP_EVERY_S)
+    return toggles
+
+
+async def _load(http: httpx.AsyncClient, requests: int) -> list[_Answer]:
+    """`requests` chat requests, one started every LATENCY_GAP_S, at most
+    LATENCY_CONCURRENCY at once (a later one waits, untimed, for a slot)."""
+    slots = asyncio.Semaphore(LATENCY_CONCURRENCY)
+
+    async def one(i: int) -> _Answer:
+        await asyncio.sleep(i * LATENCY_GAP_S)
+        async with slots:
+            return await _ask(http, i)
+
+    return list(await asyncio.gather(*(one(i) for i in range(requests))))
+
+
+async def _ask(http: httpx.AsyncClient, i: int) -> _Answer:
+    """One short greedy chat request (prompt i of LATENCY_PROMPTS, cycling), timed."""
+    body = {
+        "messages": [{"role": "user", "content": LATENCY_PROMPTS[i % len(LATENCY_PROMPTS)]}],
+        "max_tokens": LATENCY_MAX_TOKENS,
+        "temperature": 0.0,
+    }
+    start = time.monotonic()
+    try:
+        response = await http.post("/v1/chat/completions", json=body)
+    except httpx.HTTPError:
+        return _Answer(time.monotonic() - start, False, set())
+    latency = time.monotonic() - start
+    if response.status_code != 200:
+        return _Answer(latency, False, set())
+    return _Answer(latency, True, sampled_versions(response.content))
+
+
+def _phase(answers: list[_Answer]) -> dict[str, Any]:
+    """p50/p99 of the answered requests, failed ones, and the versions that answered
+    (`mixed`: replies sampled by two versions, a swap in flight)."""
+    times = [a.latency_s for a in answers if a.ok]
+    return {
+        "requests": len(answers),
+        "failed": sum(not a.ok for a in answers),
+        "p50_s": float(np.percentile(times, 50)) if times else None,
+        "p99_s": float(np.percentile(times, 99)) if times else None,
+        "versions_seen": sorted(set().union(*(a.versions for a in answers))),
+        "mixed": sum(len(a.versions) > 1 for a in answers),
+    }
+
+
+def _heldout(
+    config: RunConfig, store: ObjectStore, run_dir: Path, last: int, tasks: int
+) -> dict[str, Any]:
+    """Greedy pass@1 of versions 0 and `last` (each made a checkpoint as the gate makes
+    it) on the first `tasks` tasks of eval.split, and the paired gain of last over 0."""
+    settings = with_overrides(config, {"eval": {"max_tasks": tasks}})
+    gate = Gate(Started(settings, run_dir, store))
+    results: dict[int, EvalResult] = {}
+    for version in dict.fromkeys((0, last)):
+        with tempfile.TemporaryDirectory(prefix="fleetrl-realtime-") as tmp:
+            checkpoint = gate.checkpoint_of(version, Path(tmp))
+            results[version] = evaluate_at(checkpoint, settings, settings.eval.split, 0.0, 1)
+    first, final = results[0], results[last]
+    gain, low, high = paired_gain(task_rates(final.to_json()), task_rates(first.to_json()))
+
+    def figures(version: int, result: EvalResult) -> dict[str, Any]:
+        return {
+            "version": version,
+            "pass_at_1": result.pass_at_1,
+            "ci_low": result.ci_low,
+            "ci_high": result.ci_high,
+        }
+
+    return {
+        "split": settings.eval.split,
+        "tasks": first.tasks,
+        "first": figures(0, first),
+        "last": figures(last, final),
+        "gain": {"points": 100 * gain, "ci_low": 100 * low, "ci_high": 100 * high},
+        "separated": final.ci_low > first.ci_high,
+    }
