@@ -240,6 +240,7 @@ class SessionRecorder:
         self._groups: dict[str, _Group] = {}  # by task_id, until group_size are rewarded
         self._outbox: list[_Group] = []  # finished groups not yet accepted by the sink
         self._group_seq = 0
+        self._flushing = asyncio.Lock()
         self.journal = journal
         if journal is not None:
             self._recover(journal)
@@ -430,21 +431,24 @@ class SessionRecorder:
             self._outbox.append(group)
 
     async def flush(self) -> None:
-        """Hand queued groups to the sink (in a thread); one that raises stays queued."""
-        while self._outbox and self.sink is not None:
-            group = self._outbox[0]
-            try:
-                await asyncio.to_thread(self.sink, group.trajectories)
-            except Exception:
-                self.stats.send_failures += 1
-                log.exception(
-                    "recorded group %s not sent; retried later", group.trajectories[0].group_id
-                )
-                return
-            self._outbox.pop(0)
-            self._forget(group.sessions)
-            self.stats.groups_sent += 1
-            self.stats.trajectories_sent += len(group.trajectories)
+        """Hand queued groups to the sink (in a thread), in order; one that raises stays
+        queued. One flush at a time: two rewards at once must not send a group twice."""
+        async with self._flushing:
+            while self._outbox and self.sink is not None:
+                group = self._outbox[0]
+                try:
+                    await asyncio.to_thread(self.sink, group.trajectories)
+                except Exception:
+                    self.stats.send_failures += 1
+                    log.exception(
+                        "recorded group %s not sent; retried later",
+                        group.trajectories[0].group_id,
+                    )
+                    return
+                self._outbox.pop(0)
+                self._forget(group.sessions)
+                self.stats.groups_sent += 1
+                self.stats.trajectories_sent += len(group.trajectories)
 
     # -- the journal ------------------------------------------------------------------
 

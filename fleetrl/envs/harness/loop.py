@@ -361,13 +361,16 @@ async def run_episode_openai(
             if time.monotonic() - start > config.wall_s:
                 reason = "wall_time"
                 break
-            body = {
+            body: dict[str, Any] = {
                 "model": model,
                 "messages": messages,
-                "tools": tools,
                 "max_tokens": config.max_reply_tokens,
                 "temperature": temperature,
             }
+            # The tools are in the prompt only where the token-level loop puts them
+            # (`describe_tools`), so that the served prompt is the one the policy knows.
+            if config.describe_tools:
+                body["tools"] = tools
             if user is not None:
                 body["user"] = user
             response = await http.post("/chat/completions", json=body)

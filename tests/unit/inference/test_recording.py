@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -191,3 +192,23 @@ def test_a_sink_that_fails_keeps_the_group_for_the_next_sweep(tokenizer: Tokeniz
     run(scenario())
     assert len(sent) == 1 and recorder.stats.send_failures == 1
     assert recorder.stats.groups_sent == 1
+
+
+def test_rewards_at_once_send_each_group_once(tokenizer: Tokenizer) -> None:
+    """Two feedbacks at once while the sink is slow: each group reaches it once, in order."""
+    sent: list[str] = []
+
+    def slow(group: list[Trajectory]) -> None:
+        time.sleep(0.05)  # the store's write, in the flush's thread
+        sent.append(group[0].task_id)
+
+    recorder = SessionRecorder(tokenizer, group_size=1, sink=slow)
+
+    async def scenario() -> None:
+        for name in ("a", "b", "c"):
+            await turn(recorder, name, OPENING, "Done.")
+        await asyncio.gather(*(recorder.reward(n, 1.0, f"task-{n}") for n in ("a", "b", "c")))
+
+    run(scenario())
+    assert sorted(sent) == ["task-a", "task-b", "task-c"]
+    assert recorder.stats.groups_sent == 3
