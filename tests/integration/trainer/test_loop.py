@@ -26,17 +26,21 @@ def sampled_group(
     """Two samples of one prompt, by default with different rewards (an informative
     group)."""
     g = torch.Generator().manual_seed(seed)
-    trajectories = []
-    for reward in rewards:
-        completion = torch.randint(10, 200, (5,), generator=g).tolist()
-        segment = Segment(
-            token_ids=[1, 2, 3, *completion],
-            loss_mask=[0, 0, 0] + [1] * 5,
-            logprobs=[0.0] * 3 + [-7.0] * 5,
-            versions=[-1] * 3 + [version] * 5,
-        )
-        trajectories.append(Trajectory(f"t{seed}", [segment], reward, "finish", 1, 0, 0, 0.1))
-    return trajectories
+    return [
+        Trajectory(f"t{seed}", [sampled_segment(g, version)], reward, "finish", 1, 0, 0, 0.1)
+        for reward in rewards
+    ]
+
+
+def sampled_segment(g: torch.Generator, version: int) -> Segment:
+    """A prompt of 3 tokens and 5 sampled ones (random, from `g`) at `version`."""
+    completion = torch.randint(10, 200, (5,), generator=g).tolist()
+    return Segment(
+        token_ids=[1, 2, 3, *completion],
+        loss_mask=[0, 0, 0] + [1] * 5,
+        logprobs=[0.0] * 3 + [-7.0] * 5,
+        versions=[-1] * 3 + [version] * 5,
+    )
 
 
 def feed(tmp_path, run, seeds, version=0, flat=()):

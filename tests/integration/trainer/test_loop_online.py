@@ -10,7 +10,8 @@ from fleetrl.model.checkpoint import load_pretrained
 from fleetrl.store.trajectories import RegionReport, TrajectoryChannel
 from fleetrl.trainer.advantages import Baselines
 from fleetrl.trainer.loop import run_trainer
-from fleetrl.types import Segment, Trajectory
+from fleetrl.types import Trajectory
+from tests.integration.trainer.test_loop import sampled_segment
 
 torch.set_num_threads(1)
 # (task, reward) of the sessions fed, in order: tasks come back, rewards differ.
@@ -19,14 +20,7 @@ SESSIONS = [("a", 1.0), ("b", 0.0), ("a", 0.0), ("c", 1.0)] * 2
 
 def session(seed: int, task: str, reward: float, version: int = 0) -> Trajectory:
     """One served session: a prompt and 5 sampled tokens."""
-    g = torch.Generator().manual_seed(seed)
-    completion = torch.randint(10, 200, (5,), generator=g).tolist()
-    segment = Segment(
-        token_ids=[1, 2, 3, *completion],
-        loss_mask=[0, 0, 0] + [1] * 5,
-        logprobs=[0.0] * 3 + [-7.0] * 5,
-        versions=[-1] * 3 + [version] * 5,
-    )
+    segment = sampled_segment(torch.Generator().manual_seed(seed), version)
     return Trajectory(task, [segment], reward, "external", 1, 0, 0, 0.1)
 
 
