@@ -3,8 +3,10 @@
 CPython 3.11 before 3.11.8 keeps the AST converter's recursion depth in state shared by
 the whole interpreter, so two threads parsing at once can fail with `SystemError: AST
 constructor recursion depth mismatch` (seen here on 3.11.7: two of 310 gradings of an
-evaluation). Gradings run in threads, and the verifier's honeypots and anti-cheat checks
-parse the agent's code, so every parse in `fleetrl.envs` goes through `parse`.
+evaluation; once in `fleetrl tasks make --jobs 2`, through an `ast.literal_eval` of a
+string, which parses too). Gradings run in threads, and the verifier's honeypots and
+anti-cheat checks parse the agent's code, so every parse in `fleetrl.envs` goes through
+`parse` (`ast.literal_eval` is given its result, never a string).
 """
 
 from __future__ import annotations

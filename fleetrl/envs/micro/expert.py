@@ -96,7 +96,8 @@ def parse_example(statement: str, path: str) -> Example:
     """The call of a micro problem statement and its expected printed value; `path` is
     the module's file."""
     parsed = parse_statement(statement)
-    expected = str(ast.literal_eval(parsed.expected))  # print() shows str, not repr
+    # print() shows str, not repr; the parse goes through pyast's lock (threads)
+    expected = str(ast.literal_eval(pyast.parse(parsed.expected.lstrip(" \t"), mode="eval")))
     module = Path(path).with_suffix("").as_posix().replace("/", ".")
     return Example(module, parsed.function, parsed.call, expected)
 
