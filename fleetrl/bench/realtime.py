@@ -56,14 +56,12 @@ import asyncio
 import contextlib
 import math
 import re
-import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -76,7 +74,7 @@ from fleetrl.config_files import with_overrides
 from fleetrl.envs.tasks.suites import configured_tasks
 from fleetrl.observe.metrics import read_metrics
 from fleetrl.orchestrate.gate import Gate
-from fleetrl.orchestrate.local import prepare_run
+from fleetrl.orchestrate.local import prepare_run, sigterm_unwinds, terminate
 from fleetrl.orchestrate.roles import Started
 from fleetrl.rollout.evaluate import evaluate_at
 from fleetrl.rollout.stats import EvalResult, paired_gain, task_rates
@@ -166,32 +164,7 @@ class _Roles:
 
     def stop(self, role: str) -> None:
         """SIGTERM `role` if it runs, SIGKILL if it is still there 10 s later."""
-        popen = self.popens[role]
-        if popen.poll() is None:
-            popen.terminate()
-            try:
-                popen.wait(10)
-            except subprocess.TimeoutExpired:
-                popen.kill()
-                popen.wait()
-
-
-@contextlib.contextmanager
-def _sigterm_unwinds() -> Iterator[None]:
-    """Within: SIGTERM raises SystemExit as Ctrl-C raises KeyboardInterrupt, so that
-    `finally` stops the run's processes (a handler is set only from the main thread)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def unwind(signum: int, frame: object) -> None:
-        raise SystemExit(128 + signum)
-
-    previous = signal.signal(signal.SIGTERM, unwind)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+        terminate([self.popens[role]])
 
 
 def realtime_config(base: RunConfig, workload: RealtimeWorkload, name: str) -> RunConfig:
@@ -246,7 +219,7 @@ def run_realtime_bench(
     tasks = configured_tasks(config.tasks, config.tasks.split)
     laps = _Laps()
     store = open_store(prepare_run(config, run_dir))
-    with _sigterm_unwinds():
+    with sigterm_unwinds():
         served = _serve_and_train(config, workload, tasks, run_dir, store, laps, say)
     say(f"held-out pass@1 of versions 0 and {served.last} ...")
     heldout = _heldout(config, store, run_dir, served.last, workload.heldout_tasks)

@@ -22,6 +22,7 @@ the same command resumes the run from the store.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -30,7 +31,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -155,19 +156,38 @@ class _Process:
 
     def terminate(self) -> None:
         """SIGTERM now, SIGKILL if it is still there 10 s later."""
-        running = [popen for popen in self.popens if popen.poll() is None]
-        for popen in running:
-            popen.terminate()
-        for popen in running:
-            try:
-                popen.wait(10)
-            except subprocess.TimeoutExpired:
-                popen.kill()
-                popen.wait()
+        terminate(self.popens)
 
 
-def _exit_on_sigterm(signum: int, frame: object) -> None:
-    raise SystemExit(128 + signum)
+def terminate(popens: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM the processes still running, SIGKILL those still there 10 s later."""
+    running = [popen for popen in popens if popen.poll() is None]
+    for popen in running:
+        popen.terminate()
+    for popen in running:
+        try:
+            popen.wait(10)
+        except subprocess.TimeoutExpired:
+            popen.kill()
+            popen.wait()
+
+
+@contextlib.contextmanager
+def sigterm_unwinds() -> Iterator[None]:
+    """Within: SIGTERM raises SystemExit as Ctrl-C raises KeyboardInterrupt, so that a
+    launcher's `finally` stops its processes (a handler is set only from the main thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def unwind(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, unwind)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _watch(processes: list[_Process], url: str, run_dir: Path, steps: int, progress: bool) -> None:
@@ -255,23 +275,19 @@ def run_local(
         _Process("region", f"region-{i}", run_dir / "logs" / f"region-{i}.log")
         for i in range(regions)
     ]
-    # SIGTERM unwinds like Ctrl-C (signal handlers can only be set from the main thread).
-    main = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm) if main else None
-    try:
-        for process in processes:
-            process.start(url, run_dir)
-        _watch(processes, url, run_dir, config.trainer.steps, progress)
-    except BaseException:
-        for process in processes:
-            process.terminate()
-        raise
-    finally:
-        for process in processes[1:]:
-            process.stop()
-        processes[0].stop(timeout=5)
-        if main:
-            signal.signal(signal.SIGTERM, previous)
+    with sigterm_unwinds():
+        try:
+            for process in processes:
+                process.start(url, run_dir)
+            _watch(processes, url, run_dir, config.trainer.steps, progress)
+        except BaseException:
+            for process in processes:
+                process.terminate()
+            raise
+        finally:
+            for process in processes[1:]:
+                process.stop()
+            processes[0].stop(timeout=5)
     return evaluate_and_report(config, run_dir, progress)
 
 

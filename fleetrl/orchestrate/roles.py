@@ -44,7 +44,7 @@ from fleetrl.store.manifest import LATEST_KEY
 from fleetrl.store.objectstore import BadStoreURL, ObjectStore, StoreUnreachable, open_store
 from fleetrl.store.run import RunNotFound
 from fleetrl.store.serving import served_version
-from fleetrl.store.weights import WeightStore, WeightStoreOptions
+from fleetrl.store.weights import WeightStore
 
 FENCED_EXIT = 3  # not a crash: another incarnation runs the trainer now; do not restart
 
@@ -174,13 +174,9 @@ async def follow_served(
 ) -> None:
     """Keep `engine` on the run's served version (`fleetrl.store.serving`: what the gate
     passed, or an operator rolled back to), swapping each change in flight, until `stop`."""
-    options = WeightStoreOptions(
-        full_every=started.config.store.full_every,
-        publish_dtype=started.config.store.publish_dtype,
-    )
     store = started.store
     follower = WeightFollower(
-        WeightStore(store, options),
+        WeightStore(store),  # a reader: the manifests say how versions were written
         engine,
         f"serve-{name}",
         poll_s=poll_s,
