@@ -350,9 +350,13 @@ class EvalSection(_Section):
 class GateSection(_Section):
     """Real-time RL's gate (`fleetrl gate`): what a version must show before it is served."""
 
+    split: str = "val"
+    """The simulation suite's split the gate judges on: held out from training, and not
+    `eval.split`, on which the served versions are reported (a gate that chose versions on
+    the reported split would bias the report)."""
     tasks: int = Field(60, ge=1)
-    """Held-out tasks (the first N of `eval.split`) each candidate and the served version
-    are run on, one episode each; the verdict pairs them per task."""
+    """Tasks (the first N of `split`) each candidate and the served version are run on,
+    one episode each; the verdict pairs them per task."""
     temperature: float = Field(0.0, ge=0)
     """Sampling temperature of those episodes (0: greedy, the least noisy)."""
     poll_s: float = Field(5.0, gt=0)

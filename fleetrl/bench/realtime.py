@@ -41,13 +41,21 @@ The figures (the JSON document):
   where the channel's groups went: trained, skipped, dropped (too stale), pending (not
   trained at the end); duplicated (groups the server sent twice, counted in those places
   once each time); expired (recorded, never rewarded, as the server counts them) and
-  lost = answered - every place, which must be 0 (below 0: more groups than answered
-  sessions, sent twice or answered with an error after the send).
-  user_errors: why each user who gave up did, by session; server: the recorder's counters.
+  lost = answered - the distinct sessions in the channel, which must be 0 (below 0: a
+  session's group was sent but its feedback answered with an error).
+  user_errors: why each user who gave up did, by session; server: the recorder's counters
+  (with faults, the restarted serving process's).
 - verdicts (the gate's), versions_published, served_version, wall_s and each phase's time.
 
-Not covered: killing the trainer or the serving process mid-run (the fleet's fault tests
-cover the trainer and regions), several serving processes.
+With `faults` (--faults): the trainer is killed (SIGKILL) a third into the users' expected
+arrival span and started again in its folder; the serving process two thirds in, started
+again in its folder on its port (its sessions come back from its journal; the users retry
+meanwhile). `faults` lists each kill, when it came and how long the restart took to serve
+or train again; the ledger's `lost` must still be 0. A step the killed trainer had logged
+but not checkpointed is trained again after the restart: the ledger counts each step's last
+record.
+
+Not covered: several serving processes.
 """
 
 from __future__ import annotations
@@ -61,7 +69,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -99,6 +107,7 @@ LATENCY_CONCURRENCY = 4
 LATENCY_GAP_S = 0.25  # between the starts of two requests of a latency phase
 SWAP_EVERY_S = 1.0
 REQUEST_TIMEOUT_S = 120.0
+SERVE_URL = re.compile(r" on (http://\S+) \(")  # in `fleetrl serve`'s start line
 RECORDER_COUNTERS = ("sessions", "rewarded", "expired", "groups_sent", "send_failures")
 
 
@@ -116,6 +125,7 @@ class RealtimeWorkload:
     concurrency: int = 4  # users working at once, at most
     heldout_tasks: int = 100  # the first N tasks of eval.split for held-out pass@1
     latency_requests: int = 40  # chat requests per latency phase
+    faults: bool = False  # kill the trainer and the serving process mid-run, restart each
 
 
 @dataclass
@@ -126,12 +136,27 @@ class _Roles:
     url: str
     run_dir: Path
     popens: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    argvs: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    starts: Counter[str] = field(default_factory=Counter)
 
     def start(self, role: str, *argv: str) -> None:
         """Start `role` with its own options after --store."""
         command = [sys.executable, "-m", "fleetrl.cli", role, "--store", self.url, *argv]
         with open(self.log(role), "ab") as log:
             self.popens[role] = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        self.argvs[role] = argv
+        self.starts[role] += 1
+
+    def kill_and_restart(self, role: str, *argv: str) -> float:
+        """SIGKILL `role` and start it again (with `argv`, else its last options); the
+        seconds until it is back: the serving process's URL printed, the trainer started."""
+        self.popens[role].kill()
+        self.popens[role].wait()
+        start = time.monotonic()
+        self.start(role, *(argv or self.argvs[role]))
+        if role == "serve":
+            self.serve_url()
+        return time.monotonic() - start
 
     def log(self, role: str) -> Path:
         """Where `role` writes its output."""
@@ -143,15 +168,15 @@ class _Roles:
         return RealtimeBenchError("\n".join([f"{role} {what} (log: {self.log(role)})", *tail]))
 
     def serve_url(self) -> str:
-        """The URL `fleetrl serve` prints in its start line (the port 0 was bound to)."""
+        """The URL the latest `fleetrl serve` prints in its start line (the port it bound)."""
         deadline = time.monotonic() + SERVE_START_S
-        while not (found := re.search(r" on (http://\S+) \(", self.log("serve").read_text())):
+        while len(found := SERVE_URL.findall(self.log("serve").read_text())) < self.starts["serve"]:
             if (code := self.popens["serve"].poll()) is not None:
                 raise self.failed("serve", f"exited with {code} before serving")
             if time.monotonic() > deadline:
                 raise self.failed("serve", f"printed no URL within {SERVE_START_S:.0f} s")
             time.sleep(POLL_S)
-        return found.group(1)
+        return found[-1]
 
     def wait(self, role: str, timeout_s: float) -> None:
         """Wait for `role` to exit 0; RealtimeBenchError when it fails or outlasts timeout_s."""
@@ -199,6 +224,7 @@ class _Served:
     """What the run's processes did, measured while they ran."""
 
     users: list[UserSession]
+    faults: list[dict[str, Any]]  # each kill: the role, when, the restart's seconds
     trainer_ended: str  # how: its steps done, or stopped by the bench
     last: int  # the version served at the end
     latency: dict[str, Any]
@@ -226,7 +252,10 @@ def run_realtime_bench(
     laps.lap("heldout_s")
     users = served.users
     metrics = run_dir / "metrics.jsonl"  # written from the trainer's first step on
-    train = [r for r in read_metrics(metrics) if r["kind"] == "train"] if metrics.exists() else []
+    records = read_metrics(metrics) if metrics.exists() else []
+    # a step logged twice (trained again by a restarted trainer that had not checkpointed
+    # it) counts once, as its last record says
+    train = list({r["step"]: r for r in records if r["kind"] == "train"}.values())
     progress = read_progress(store)
     ages = [r["feedback_age_s"] for r in train if r["feedback_age_s"] is not None]
     bins = reward_over_time(users, REWARD_BINS)
@@ -244,6 +273,7 @@ def run_realtime_bench(
             "max": max(ages, default=None),
         },
         "staleness_mean": float(np.mean([r["staleness_mean"] for r in train])) if train else None,
+        "faults": served.faults,
         "sessions": session_ledger(
             users,
             train,
@@ -292,20 +322,20 @@ def _serve_and_train(
         url = roles.serve_url()
         laps.lap("start_s")
         say(f"{workload.sessions} users at {workload.rate_per_s:g}/s against {url} ...")
-        users = asyncio.run(
-            run_users(
-                url,
-                "served",
-                tasks,
-                config.harness,
-                workload.rate_per_s,
-                workload.sessions,
-                seed=SEED,
-                temperature=config.rollout.temperature,
-                concurrency=workload.concurrency,
-                rollout=config.rollout,
-            )
+        users_run = run_users(
+            url,
+            "served",
+            tasks,
+            config.harness,
+            workload.rate_per_s,
+            workload.sessions,
+            seed=SEED,
+            temperature=config.rollout.temperature,
+            concurrency=workload.concurrency,
+            rollout=config.rollout,
         )
+        span_s = workload.sessions / workload.rate_per_s if workload.faults else None
+        users, faults = asyncio.run(_through_faults(users_run, roles, url, span_s, say))
         laps.lap("users_s")
         say(f"waiting for the trainer ({config.trainer.steps} steps) and the gate ...")
         trainer_ended = _await_trainer(roles, config, store, users_done=time.time())
@@ -319,7 +349,35 @@ def _serve_and_train(
     finally:
         for role in roles.popens:
             roles.stop(role)
-    return _Served(users, trainer_ended, last, latency, recorder)
+    return _Served(users, faults, trainer_ended, last, latency, recorder)
+
+
+async def _through_faults(
+    users_run: Coroutine[Any, Any, list[UserSession]],
+    roles: _Roles,
+    url: str,
+    span_s: float | None,
+    say: Callable[[str], None],
+) -> tuple[list[UserSession], list[dict[str, Any]]]:
+    """The users' sessions; with `span_s` (the users' expected arrival span), the trainer
+    killed and restarted a third into it and the serving process two thirds in, on its
+    port. Each kill: {role, at_s (since the users began), restart_s}."""
+    users = asyncio.ensure_future(users_run)
+    faults: list[dict[str, Any]] = []
+    begun = time.monotonic()
+    for role, share in (("trainer", 1 / 3), ("serve", 2 / 3)):
+        if span_s is None:
+            break
+        await asyncio.wait({users}, timeout=max(0.0, begun + share * span_s - time.monotonic()))
+        if users.done():
+            break
+        at_s = time.monotonic() - begun
+        say(f"killing the {role} at {at_s:.0f} s, and starting it again ...")
+        port = ("--port", url.rsplit(":", 1)[1].strip("/")) if role == "serve" else ()
+        argv = (*port, "--workdir", roles.argvs[role][-1]) if port else ()
+        restart_s = await asyncio.to_thread(roles.kill_and_restart, role, *argv)
+        faults.append({"role": role, "at_s": at_s, "restart_s": restart_s})
+    return await users, faults
 
 
 def _await_trainer(roles: _Roles, config: RunConfig, store: ObjectStore, users_done: float) -> str:
@@ -386,7 +444,8 @@ def session_ledger(
     from the trainer's `progress` (its records name a drop only at the step after it);
     pending: the rest of the `channel`'s groups (read and waiting for a step, or unread);
     duplicated: groups the server sent twice (the same recorder group id); the server's
-    `expired`; and `lost`: answered sessions in none of those places."""
+    `expired`; and `lost`: answered sessions less the distinct sessions of the channel,
+    where each has one of those places (`train`: one record per step)."""
     placed = {
         "trained": sum(len(r["group_ids"]) for r in train),
         "skipped": sum(len(r["skipped_group_ids"]) for r in train),
@@ -402,7 +461,7 @@ def session_ledger(
         **placed,
         "duplicated": len(channel) - len(sent),
         "expired": expired,
-        "lost": answered - sum(placed.values()),
+        "lost": answered - len(sent),
     }
 
 

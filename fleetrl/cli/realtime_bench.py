@@ -26,6 +26,14 @@ def bench_realtime_command(
     latency_requests: Annotated[
         int, typer.Option(help="Chat requests in each latency phase (no swap, swaps).")
     ] = 40,
+    faults: Annotated[
+        bool,
+        typer.Option(
+            "--faults",
+            help="Kill the trainer a third into the users' arrivals and the serving process "
+            "two thirds in (SIGKILL), each started again in its folder; nothing may be lost.",
+        ),
+    ] = False,
     runs_dir: Annotated[Path, typer.Option(help="Where the run folder is made.")] = Path("runs"),
     name: Annotated[
         str, typer.Option(help="The run's name and folder (RUNS_DIR/NAME, a new one).")
@@ -52,7 +60,7 @@ def bench_realtime_command(
     and their paired gain;
     - sessions per version, feedback age and staleness at training, the gate's verdicts;
     - where each answered session went (trained, skipped, dropped as too stale, pending,
-    unread) and how many were lost: none should be.
+    unread) and how many were lost: none should be, also with --faults.
 
     Settings start from the run configuration tree (--config, --set); the flags set the
     workload. The figures' meanings are in `fleetrl/bench/realtime.py`."""
@@ -81,7 +89,9 @@ def bench_realtime_command(
 
     if not (resolve_checkpoint(base.model.path) / "config.json").is_file():
         raise fail(f"model.path {base.model.path} is not a checkpoint directory")
-    workload = RealtimeWorkload(sessions, rate, concurrency, heldout_tasks, latency_requests)
+    workload = RealtimeWorkload(
+        sessions, rate, concurrency, heldout_tasks, latency_requests, faults
+    )
     echo = None if as_json else lambda line: typer.echo(line, err=True)
     try:
         document = run_realtime_bench(base, workload, run_dir, echo)

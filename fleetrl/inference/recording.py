@@ -49,6 +49,7 @@ import contextlib
 import json
 import logging
 import math
+import secrets
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict, dataclass, field
@@ -172,6 +173,7 @@ class Session:
     rewrites: int = 0  # turns whose history did not match the recording
     reward: float | None = None  # set once rewarded: the session has ended
     task_id: str | None = None  # the reward's
+    group_id: str | None = None  # its group's, once the group is finished
 
 
 @dataclass
@@ -204,7 +206,11 @@ class Turn:
 class _Group:
     trajectories: list[Trajectory]
     started: float  # recorder clock at its first reward
-    sessions: list[str] = field(default_factory=list)  # the trajectories' session ids
+    sessions: list[Session] = field(default_factory=list)  # the trajectories' sessions
+
+    def session_ids(self) -> list[str]:
+        """Its sessions' ids (to forget them in the journal)."""
+        return [session.id for session in self.sessions]
 
 
 class SessionRecorder:
@@ -240,6 +246,8 @@ class SessionRecorder:
         self._groups: dict[str, _Group] = {}  # by task_id, until group_size are rewarded
         self._outbox: list[_Group] = []  # finished groups not yet accepted by the sink
         self._group_seq = 0
+        # in the group ids: a restarted process's groups do not reuse a previous one's
+        self._incarnation = secrets.token_hex(3)
         self._flushing = asyncio.Lock()
         self.journal = journal
         if journal is not None:
@@ -373,8 +381,9 @@ class SessionRecorder:
             session.last_active = self.clock()
             self.stats.rewarded += 1
             self.stats.active = self._active()
-            self._keep(session)
             trajectory, key = self._join_group(session)
+            if session.group_id is None:  # a finished group's sessions are kept already
+                self._keep(session)
         before = self.stats.groups_sent
         await self.flush()
         return {
@@ -388,8 +397,21 @@ class SessionRecorder:
     def _join_group(self, session: Session) -> tuple[Trajectory, str]:
         """A rewarded session's trajectory, added to its task's group (finished once it
         holds group_size); the trajectory and the group's key."""
+        trajectory = self._trajectory(session)
+        key = session.task_id if session.task_id is not None else f"session:{session.id}"
+        group = self._groups.setdefault(key, _Group([], self.clock()))
+        group.trajectories.append(trajectory)
+        group.sessions.append(session)
+        size = self.group_size if session.task_id is not None else 1
+        if len(group.trajectories) >= size:
+            del self._groups[key]
+            self._finish_group(group)
+        return trajectory, key
+
+    def _trajectory(self, session: Session) -> Trajectory:
+        """A rewarded session as the trainer's trajectory (its group's id, once it has one)."""
         assert session.reward is not None
-        trajectory = Trajectory(
+        return Trajectory(
             task_id=session.task_id or session.id,
             segments=[r.segment for r in session.recordings],
             reward=session.reward,
@@ -398,16 +420,8 @@ class SessionRecorder:
             tool_calls=session.tool_calls,
             tool_errors=0,
             duration_s=session.last_active - session.created,
+            group_id=session.group_id or "",
         )
-        key = session.task_id if session.task_id is not None else f"session:{session.id}"
-        group = self._groups.setdefault(key, _Group([], self.clock()))
-        group.trajectories.append(trajectory)
-        group.sessions.append(session.id)
-        size = self.group_size if session.task_id is not None else 1
-        if len(group.trajectories) >= size:
-            del self._groups[key]
-            self._finish_group(group)
-        return trajectory, key
 
     def _get(self, session_id: str) -> Session:
         session = self._sessions.get(session_id)
@@ -419,14 +433,22 @@ class SessionRecorder:
         return sum(s.reward is None and s.turns > 0 for s in self._sessions.values())
 
     def _finish_group(self, group: _Group) -> None:
-        """Give a finished group its id and queue it for the sink."""
-        group_id = f"{self.name}-{self._group_seq}"
+        """Give a finished group its id, journal it with its sessions (a restarted process
+        sends the same group again, not a new one), and queue it for the sink."""
+        group_id = f"{self.name}-{self._incarnation}-{self._group_seq}"
         self._group_seq += 1
         for trajectory in group.trajectories:
             trajectory.group_id = group_id
+        for session in group.sessions:
+            session.group_id = group_id
+            self._keep(session)
+        self._queue(group)
+
+    def _queue(self, group: _Group) -> None:
+        """Queue a finished group for the sink; with none, count it unsent and forget it."""
         if self.sink is None:
             self.stats.groups_unsent += 1
-            self._forget(group.sessions)
+            self._forget(group.session_ids())
         else:
             self._outbox.append(group)
 
@@ -446,7 +468,7 @@ class SessionRecorder:
                     )
                     return
                 self._outbox.pop(0)
-                self._forget(group.sessions)
+                self._forget(group.session_ids())
                 self.stats.groups_sent += 1
                 self.stats.trajectories_sent += len(group.trajectories)
 
@@ -470,6 +492,7 @@ class SessionRecorder:
                 "rewrites": session.rewrites,
                 "reward": session.reward,
                 "task_id": session.task_id,
+                "group_id": session.group_id,
             }
         )
 
@@ -480,9 +503,11 @@ class SessionRecorder:
 
     def _recover(self, journal: SessionJournal) -> None:
         """Take back the sessions a previous process journaled: those still recording go
-        on; rewarded ones rejoin their groups, to be sent (again, if that process died
-        right after sending them)."""
+        on; rewarded ones of a finished group make that group again, to be sent (again, if
+        that process died right after sending it); other rewarded ones rejoin their task's
+        group."""
         now = self.clock()
+        finished: dict[str, _Group] = {}
         for state in journal.load():
             recordings = [_Recording(*decode_recording(r)) for r in state["recordings"]]
             session = Session(
@@ -495,11 +520,18 @@ class SessionRecorder:
                 rewrites=state["rewrites"],
                 reward=state["reward"],
                 task_id=state["task_id"],
+                group_id=state.get("group_id"),
             )
             self._sessions[session.id] = session
             self.stats.recovered += 1
-            if session.reward is not None:
+            if session.group_id is not None:
+                group = finished.setdefault(session.group_id, _Group([], now))
+                group.trajectories.append(self._trajectory(session))
+                group.sessions.append(session)
+            elif session.reward is not None:
                 self._join_group(session)
+        for group in finished.values():
+            self._queue(group)
         self.stats.active = self._active()
 
     # -- expiry -----------------------------------------------------------------------
@@ -528,7 +560,7 @@ class SessionRecorder:
                 self._finish_group(group)
             else:
                 self.stats.groups_dropped += 1
-                self._forget(group.sessions)
+                self._forget(group.session_ids())
                 log.warning("group of %r dropped: 1 of %d sessions rewarded", key, self.group_size)
         self.stats.active = self._active()
         await self.flush()

@@ -1,12 +1,13 @@
 """The gate between the trainer and the serving fleet (real-time RL): a version reaches
-users only if it does no worse than the one they have, on held-out simulation tasks.
+users only if it does no worse than the one they have, on simulation tasks held out
+from training (the `val` split: the reported one, eval.split, stays unseen).
 
     until the trainer's stop signal, and then once more:
         candidate = the newest version (those published while the last was judged are
                     skipped: the fleet takes a new policy every so often, not every step)
         ├─ judged already, or the one served ─▶ wait gate.poll_s
         ▼
-        one episode per task on the first gate.tasks tasks of eval.split, at
+        one episode per task on the first gate.tasks tasks of gate.split (val), at
         gate.temperature, for the candidate and for the served version (kept per version)
         ─▶ gain = mean over tasks of candidate - served, with its 95% paired bootstrap
            interval (`fleetrl.rollout.stats.paired_gain`)
@@ -108,7 +109,7 @@ class Gate:
     def scores_of(self, version: int) -> dict[str, float]:
         """{task id: reward} of one episode of `version` per gate task (kept per version)."""
         if version not in self.scores:
-            tasks = split_tasks(self.config, self.config.eval.split)[: self.config.gate.tasks]
+            tasks = split_tasks(self.config, self.config.gate.split)[: self.config.gate.tasks]
             with tempfile.TemporaryDirectory(prefix="fleetrl-gate-") as tmp:
                 checkpoint = self.checkpoint_of(version, Path(tmp))
                 episodes = episodes_of(checkpoint, self.config, tasks, self.config.gate.temperature)

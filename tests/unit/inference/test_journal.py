@@ -68,3 +68,31 @@ def test_an_expired_session_leaves_the_journal(tmp_path, tokenizer: Tokenizer) -
     now[0] = 11.0
     run(recorder.sweep())
     assert recorder.stats.expired == 1 and not list(tmp_path.glob("*.json"))
+
+
+def test_a_finished_group_is_sent_again_as_the_same_group(tmp_path, tokenizer) -> None:
+    """A group the dying process had finished (sent or not) goes out again whole, with its
+    id, so a reader sees a duplicate, not a new group; the next process's own groups get
+    ids of their own."""
+
+    def refuse(group: list[Trajectory]) -> None:
+        raise OSError("store down")
+
+    first = SessionRecorder(tokenizer, group_size=2, sink=refuse, journal=SessionJournal(tmp_path))
+    for session in ("a", "b"):
+        run(turn(first, session, OPENING, "Done."))
+        run(first.reward(session, 1.0, "calc"))
+    assert first.stats.send_failures == 1
+    sent: list[list[Trajectory]] = []
+    second = SessionRecorder(
+        tokenizer, group_size=2, sink=sent.append, journal=SessionJournal(tmp_path)
+    )
+    run(second.flush())
+    (again,) = sent
+    assert len(again) == 2 and len({t.group_id for t in again}) == 1
+    first_id = again[0].group_id
+    for session in ("c", "d"):
+        run(turn(second, session, OPENING, "Done."))
+        run(second.reward(session, 0.0, "calc"))
+    assert len(sent) == 2 and {t.group_id for t in sent[1]} != {first_id}
+    assert not list(tmp_path.glob("*.json"))

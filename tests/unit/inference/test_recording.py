@@ -161,7 +161,7 @@ def test_reward_twice_and_turns_after_a_reward_conflict(tokenizer: Tokenizer) ->
     async def scenario() -> None:
         await turn(recorder, "s", OPENING, "Hi.")
         result = await recorder.reward("s", 0.5, None)
-        assert result["task_id"] == "s" and result["group_id"] == "serve-0"
+        assert result["task_id"] == "s" and result["group_id"].startswith("serve-")
         with pytest.raises(SessionEnded):
             await recorder.reward("s", 0.5, None)
         with pytest.raises(SessionEnded):
