@@ -243,17 +243,17 @@ def test_verify_cli_json(task, workspace):
 
 
 # Gold patches of the micro and product suites grade 1 under the real verifier (calls mode,
-# their suites'): every third task of each (373, all four splits and every bug kind; about
-# 40 s each in CI on 2 cores: slow), and for the quick loop every 27th (42), whose unfixed
-# checkouts must grade 0 as well. slice(None) grades all 1,120 (three times as long); the
+# their suites'): every fifth task of each (224, all four splits and every bug kind; about
+# a minute each in CI on 2 cores: slow), and for the quick loop every 27th (42), whose
+# unfixed checkouts must grade 0 as well. slice(None) grades all 1,120 (five times as long); the
 # static checks of every gold patch run in test_anticheat_gold.py.
 @pytest.mark.parametrize(
     ("suite_name", "which"),
     [
         pytest.param("micro", slice(None, None, 27), id="sample25"),
         pytest.param("product", slice(13, None, 27), id="product-sample25"),
-        pytest.param("micro", slice(1, None, 3), id="third", marks=pytest.mark.slow),
-        pytest.param("product", slice(2, None, 3), id="product-third", marks=pytest.mark.slow),
+        pytest.param("micro", slice(1, None, 5), id="fifth", marks=pytest.mark.slow),
+        pytest.param("product", slice(2, None, 5), id="product-fifth", marks=pytest.mark.slow),
     ],
 )
 def test_every_micro_gold_patch_scores_one(tmp_path, suite_name, which):
@@ -261,7 +261,7 @@ def test_every_micro_gold_patch_scores_one(tmp_path, suite_name, which):
     tasks = suite[which]
     assert {t.split for t in tasks} == {t.split for t in suite}
     assert {t.kind for t in tasks} == {t.kind for t in suite}
-    unfixed_too = which.step > 3
+    unfixed_too = which.step > 5
 
     def grade(task):
         workspace = checkout(task, tmp_path / task.instance_id)
