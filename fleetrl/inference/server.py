@@ -558,12 +558,14 @@ def serve(
             recorder=recorder,
             background=background,
         )
-        updates = "enabled" if admin_token else "disabled"
+        updates = "weight updates " + ("enabled" if admin_token else "disabled")
+        if follow is not None:
+            updates = "following the served version"
         recording = "" if recorder is None else f", recording sessions ({where_to(sink)})"
         bound = sockets[0].getsockname()[1]  # the port picked when `port` is 0
         print(
             f"fleetrl: serving {name} on http://{host_port(host, bound)} ({device}, "
-            f"max_model_len {engine.max_model_len}, weight updates {updates}{recording})",
+            f"max_model_len {engine.max_model_len}, {updates}{recording})",
             flush=True,
         )
         server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
