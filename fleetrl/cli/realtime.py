@@ -14,9 +14,11 @@ from fleetrl.cli.runs import StoreOption, WorkdirOption, lost_store
 def gate_command(store: StoreOption = "", workdir: WorkdirOption = None) -> None:
     """Real-time RL's gate: serve a new version only if it does no worse on held-out tasks.
 
-    Held-out pass@1 of the newest version against the served version's, paired per task:
-    served unless worse beyond noise. Exits after the trainer's last step. Each verdict is
-    kept in the store (`fleetrl status` shows them); a rejected version is never served."""
+    Pass@1 of the newest version against the served version's on the first gate.tasks
+    tasks of gate.split (`val`: held out from training, apart from the reported eval.split),
+    paired per task: served unless worse beyond noise. Exits after the trainer's last step.
+    Each verdict is kept in the store (`fleetrl status` shows them); a rejected version is
+    never served."""
     if not store:
         raise fail("--store is required")
     from fleetrl.orchestrate.gate import Gate

@@ -83,9 +83,9 @@ class Gate:
         ours, theirs = self.scores_of(candidate), self.scores_of(serving)
         gain, low, high = paired_gain(ours, theirs)
         passed = high >= 0.0
-        reason = f"held-out gain {gain:+.3f} [{low:+.3f}, {high:+.3f}] over version {serving}: " + (
-            "not worse beyond noise" if passed else "worse beyond noise"
-        )
+        split = self.config.gate.split
+        reason = f"gain on {split} {gain:+.3f} [{low:+.3f}, {high:+.3f}] over version {serving}: "
+        reason += "not worse beyond noise" if passed else "worse beyond noise"
         verdict = Verdict(
             version=candidate,
             passed=passed,
