@@ -147,15 +147,22 @@ class _Roles:
         self.argvs[role] = argv
         self.starts[role] += 1
 
-    def kill_and_restart(self, role: str, *argv: str) -> float:
+    def kill_and_restart(self, role: str, store: ObjectStore, *argv: str) -> float:
         """SIGKILL `role` and start it again (with `argv`, else its last options); the
-        seconds until it is back: the serving process's URL printed, the trainer started."""
+        seconds until it is back: the serving process's URL printed, the trainer's first
+        progress report in the `store`."""
         self.popens[role].kill()
         self.popens[role].wait()
-        start = time.monotonic()
+        killed, start = time.time(), time.monotonic()
         self.start(role, *(argv or self.argvs[role]))
         if role == "serve":
             self.serve_url()
+        while role == "trainer" and read_progress(store).time <= killed:
+            if (code := self.popens[role].poll()) is not None:
+                raise self.failed(role, f"exited with {code} after its restart")
+            if time.monotonic() - start > TRAINER_GRACE_S:
+                raise self.failed(role, f"reported nothing within {TRAINER_GRACE_S:.0f} s")
+            time.sleep(POLL_S)
         return time.monotonic() - start
 
     def log(self, role: str) -> Path:
@@ -335,7 +342,7 @@ def _serve_and_train(
             rollout=config.rollout,
         )
         span_s = workload.sessions / workload.rate_per_s if workload.faults else None
-        users, faults = asyncio.run(_through_faults(users_run, roles, url, span_s, say))
+        users, faults = asyncio.run(_through_faults(users_run, roles, store, span_s, say))
         laps.lap("users_s")
         say(f"waiting for the trainer ({config.trainer.steps} steps) and the gate ...")
         trainer_ended = _await_trainer(roles, config, store, users_done=time.time())
@@ -355,13 +362,13 @@ def _serve_and_train(
 async def _through_faults(
     users_run: Coroutine[Any, Any, list[UserSession]],
     roles: _Roles,
-    url: str,
+    store: ObjectStore,
     span_s: float | None,
     say: Callable[[str], None],
 ) -> tuple[list[UserSession], list[dict[str, Any]]]:
     """The users' sessions; with `span_s` (the users' expected arrival span), the trainer
     killed and restarted a third into it and the serving process two thirds in, on its
-    port. Each kill: {role, at_s (since the users began), restart_s}."""
+    port. Each kill: {role, at_s (since the users began), restart_s (until it was back)}."""
     users = asyncio.ensure_future(users_run)
     faults: list[dict[str, Any]] = []
     begun = time.monotonic()
@@ -373,9 +380,11 @@ async def _through_faults(
             break
         at_s = time.monotonic() - begun
         say(f"killing the {role} at {at_s:.0f} s, and starting it again ...")
-        port = ("--port", url.rsplit(":", 1)[1].strip("/")) if role == "serve" else ()
-        argv = (*port, "--workdir", roles.argvs[role][-1]) if port else ()
-        restart_s = await asyncio.to_thread(roles.kill_and_restart, role, *argv)
+        argv: tuple[str, ...] = ()
+        if role == "serve":  # on the port it had: the users come back to the same URL
+            port = roles.serve_url().rsplit(":", 1)[1].strip("/")
+            argv = ("--port", port, "--workdir", roles.argvs[role][-1])
+        restart_s = await asyncio.to_thread(roles.kill_and_restart, role, store, *argv)
         faults.append({"role": role, "at_s": at_s, "restart_s": restart_s})
     return await users, faults
 
