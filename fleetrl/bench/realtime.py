@@ -27,12 +27,12 @@ The figures (the JSON document):
   the first `heldout_tasks` tasks of eval.split, each with its 95% bootstrap interval over
   tasks, and the paired gain last - first in points with its interval (`paired_gain`);
   `separated`: the last's interval wholly above the first's, the goal.
-- latency: p50/p99 of short chat requests (LATENCY_CONCURRENCY at once, one started every
-  LATENCY_GAP_S), with no swap and while the served version toggles every SWAP_EVERY_S
-  between the first and the last served versions (the newest published one when only 0
-  was served, which `note` says); their p99 ratio, failed requests and the versions that
-  answered (`mixed`: a reply two versions sampled, swapped in flight). Goals: no failed
-  request, a p99 ratio of at most 1.5.
+- latency (`fleetrl.bench.swaps`): p50/p99 of short chat requests (LATENCY_CONCURRENCY at
+  once, one started every LATENCY_GAP_S), with no swap and while the served version toggles
+  every SWAP_EVERY_S between the first and the last served versions (the newest published
+  one when only 0 was served, which `note` says); their p99 ratio, failed requests and the
+  versions that answered (`mixed`: a reply two versions sampled, swapped in flight).
+  Goals: no failed request, a p99 ratio of at most 1.5.
 - sessions_per_version: sessions each version sampled replies for (a session whose
   replies two versions sampled counts for both).
 - feedback_age_s (mean and max over steps of each step's mean age of its sessions' feedback
@@ -61,7 +61,6 @@ Not covered: several serving processes.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 import re
 import subprocess
@@ -77,6 +76,7 @@ from typing import Any
 import httpx
 import numpy as np
 
+from fleetrl.bench.swaps import REQUEST_TIMEOUT_S, swap_latency
 from fleetrl.config import RunConfig
 from fleetrl.config_files import with_overrides
 from fleetrl.envs.tasks.suites import configured_tasks
@@ -86,10 +86,10 @@ from fleetrl.orchestrate.local import prepare_run, sigterm_unwinds, terminate
 from fleetrl.orchestrate.roles import Started
 from fleetrl.rollout.evaluate import evaluate_at
 from fleetrl.rollout.stats import EvalResult, paired_gain, task_rates
-from fleetrl.rollout.users import UserSession, run_users, sampled_versions
+from fleetrl.rollout.users import UserSession, run_users
 from fleetrl.store.control import Progress, read_progress, signal_stop
 from fleetrl.store.objectstore import ObjectStore, open_store
-from fleetrl.store.serving import serve_version, served_version, verdicts
+from fleetrl.store.serving import served_version, verdicts
 from fleetrl.store.trajectories import GroupRecord, TrajectoryChannel
 from fleetrl.store.weights import WeightStore
 from fleetrl.types import Task
@@ -101,12 +101,6 @@ TRAINER_GRACE_S = 600.0  # for the trainer's last step, once the users are done
 SETTLE_S = 5.0  # after the users, before a trainer that waits for sessions is stopped
 GATE_TIMEOUT_S = 3600.0  # for the gate's last verdict, once the trainer has ended
 POLL_S = 0.5
-LATENCY_PROMPTS = ("Say hello.", "Name a prime number.", "What is 2 + 3?", "Spell cat.")
-LATENCY_MAX_TOKENS = 16
-LATENCY_CONCURRENCY = 4
-LATENCY_GAP_S = 0.25  # between the starts of two requests of a latency phase
-SWAP_EVERY_S = 1.0
-REQUEST_TIMEOUT_S = 120.0
 SERVE_URL = re.compile(r" on (http://\S+) \(")  # in `fleetrl serve`'s start line
 RECORDER_COUNTERS = ("sessions", "rewarded", "expired", "groups_sent", "send_failures")
 
@@ -350,7 +344,7 @@ def _serve_and_train(
         laps.lap("trainer_and_gate_after_users_s")
         last = served_version(store)
         say("latency, with no swap and while versions swap ...")
-        latency = asyncio.run(_latency(url, store, last, workload.latency_requests))
+        latency = asyncio.run(swap_latency(url, store, last, workload.latency_requests))
         recorder = httpx.get(f"{url}/v1/sessions", timeout=REQUEST_TIMEOUT_S).json()
         laps.lap("latency_s")
     finally:
@@ -471,106 +465,6 @@ def session_ledger(
         "duplicated": len(channel) - len(sent),
         "expired": expired,
         "lost": answered - len(sent),
-    }
-
-
-@dataclass
-class _Answer:
-    """One latency request as its client saw it."""
-
-    latency_s: float
-    ok: bool  # answered 200
-    versions: set[int]  # the versions that sampled its reply
-
-
-async def _latency(url: str, store: ObjectStore, last: int, requests: int) -> dict[str, Any]:
-    """The latency figures: `requests` chat requests with no swap, then as many while the
-    served version toggles between 0 and `last` (or the newest version when the run served
-    only 0); the served version is `last` again afterwards."""
-    other, note = last, None
-    if last == 0:
-        other = WeightStore(store).latest() or 0
-        note = f"only version 0 was served: toggled between 0 and the newest, {other}"
-    async with httpx.AsyncClient(base_url=url, timeout=REQUEST_TIMEOUT_S) as http:
-        await _ask(http, 0)  # a warm-up, not counted
-        calm = await _load(http, requests)
-        stop = asyncio.Event()
-        toggler = asyncio.create_task(_toggle(store, (0, other), stop))
-        swapping = await _load(http, requests)
-        stop.set()
-        toggles = await toggler
-    if served_version(store) != last:
-        serve_version(store, last, "rollback")
-    none, swaps = _phase(calm), _phase(swapping)
-    ratio = None
-    if none["p99_s"] and swaps["p99_s"] is not None:
-        ratio = swaps["p99_s"] / none["p99_s"]
-    return {
-        "no_swaps": none,
-        "swaps": swaps | {"toggles": toggles},
-        "p99_ratio": ratio,
-        "toggled_between": [0, other],
-        "note": note,
-        "concurrency": LATENCY_CONCURRENCY,
-        "gap_s": LATENCY_GAP_S,
-        "swap_every_s": SWAP_EVERY_S,
-        "max_tokens": LATENCY_MAX_TOKENS,
-    }
-
-
-async def _toggle(store: ObjectStore, pair: tuple[int, int], stop: asyncio.Event) -> int:
-    """Serve pair[0], pair[1], pair[0], … every SWAP_EVERY_S until `stop`; how many times."""
-    toggles = 0
-    while not stop.is_set():
-        await asyncio.to_thread(serve_version, store, pair[toggles % 2], "rollback")
-        toggles += 1
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), SWAP_EVERY_S)
-    return toggles
-
-
-async def _load(http: httpx.AsyncClient, requests: int) -> list[_Answer]:
-    """`requests` chat requests, one started every LATENCY_GAP_S, at most
-    LATENCY_CONCURRENCY at once (a later one waits, untimed, for a slot)."""
-    slots = asyncio.Semaphore(LATENCY_CONCURRENCY)
-
-    async def one(i: int) -> _Answer:
-        await asyncio.sleep(i * LATENCY_GAP_S)
-        async with slots:
-            return await _ask(http, i)
-
-    return list(await asyncio.gather(*(one(i) for i in range(requests))))
-
-
-async def _ask(http: httpx.AsyncClient, i: int) -> _Answer:
-    """One short greedy chat request (prompt i of LATENCY_PROMPTS, cycling), timed."""
-    body = {
-        "messages": [{"role": "user", "content": LATENCY_PROMPTS[i % len(LATENCY_PROMPTS)]}],
-        "max_tokens": LATENCY_MAX_TOKENS,
-        "temperature": 0.0,
-    }
-    start = time.monotonic()
-    try:
-        response = await http.post("/v1/chat/completions", json=body)
-    except httpx.HTTPError:
-        return _Answer(time.monotonic() - start, False, set())
-    latency = time.monotonic() - start
-    if response.status_code != 200:
-        return _Answer(latency, False, set())
-    return _Answer(latency, True, sampled_versions(response.content))
-
-
-def _phase(answers: list[_Answer]) -> dict[str, Any]:
-    """p50/p99 of the answered requests, failed ones, and the versions that answered
-    (`mixed`: replies sampled by two versions, a swap in flight)."""
-    times = [a.latency_s for a in answers if a.ok]
-    return {
-        "requests": len(answers),
-        "failed": sum(not a.ok for a in answers),
-        "p50_s": float(np.percentile(times, 50)) if times else None,
-        "p99_s": float(np.percentile(times, 99)) if times else None,
-        "versions_seen": sorted(set().union(*(a.versions for a in answers))),
-        "mixed": sum(len(a.versions) > 1 for a in answers),
     }
 
 
