@@ -201,18 +201,25 @@ def create_app(
     max_request_bytes: int = 1 << 20,
     max_update_bytes: int = 8 << 30,
     recorder: SessionRecorder | None = None,
-    background: Callable[[asyncio.Event], Awaitable[None]] | None = None,
+    background: Callable[[asyncio.Event, asyncio.Event], Awaitable[None]] | None = None,
 ) -> FastAPI:
     """The FastAPI app serving `engine`. The engine runs on the app's event loop and is
     closed when the app shuts down. With a `recorder`, chat sessions are recorded and the
     /v1/sessions routes exist; its expiry sweeps run while the app does. `background`
-    runs beside the app until the event it gets is set at shutdown (a weight follower)."""
+    runs beside the app until the first event it gets is set at shutdown (a weight
+    follower); the app takes requests once it sets the second (or ends)."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         sweeps = asyncio.create_task(recorder.run()) if recorder else None
         stop = asyncio.Event()
-        task = asyncio.create_task(background(stop)) if background else None
+        task = None
+        if background is not None:
+            ready = asyncio.Event()
+            task = asyncio.create_task(background(stop, ready))
+            waiting = asyncio.create_task(ready.wait())
+            await asyncio.wait({task, waiting}, return_when=asyncio.FIRST_COMPLETED)
+            waiting.cancel()
         yield
         if task is not None:
             stop.set()
@@ -496,7 +503,7 @@ def serve(
     sink: GroupSink | None = None,
     region: str = "serve",
     signals: dict[str, float] | None = None,
-    follow: Callable[[RolloutEngine, asyncio.Event], Awaitable[None]] | None = None,
+    follow: Callable[[RolloutEngine, asyncio.Event, asyncio.Event], Awaitable[None]] | None = None,
     journal: Path | None = None,
 ) -> None:
     """Load a checkpoint and its tokenizer and serve them until interrupted (`fleetrl serve`).
@@ -509,8 +516,9 @@ def serve(
     With `record`, chat sessions are recorded (`SessionRecorder`: `session_ttl_s`,
     `group_size`, the feedback `signals`' weights; groups go to `sink`, named after
     `region`; with a `journal` folder, kept on disk and recovered at the next start).
-    `follow(engine, stop)` runs beside the server until shutdown: the caller's weight
-    follower, which swaps versions into the engine in flight.
+    `follow(engine, stop, ready)` runs beside the server until shutdown: the caller's
+    weight follower, which swaps versions into the engine in flight; requests are taken
+    once it sets `ready` (it holds the version to serve).
     """
     if max_batch_size < 1 or max_model_len < 0 or (threads is not None and threads < 1):
         raise ValueError(
@@ -547,8 +555,8 @@ def serve(
         if follow is not None:
             served = engine
 
-            async def background(stop: asyncio.Event) -> None:
-                await follow(served, stop)
+            async def background(stop: asyncio.Event, ready: asyncio.Event) -> None:
+                await follow(served, stop, ready)
 
         app = create_app(
             engine,

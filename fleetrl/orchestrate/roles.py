@@ -170,10 +170,16 @@ def _start_in(url: str, workdir: Path | None, under: Path) -> Started:
 
 
 async def follow_served(
-    started: Started, name: str, engine: WeightSink, stop: asyncio.Event, poll_s: float = 1.0
+    started: Started,
+    name: str,
+    engine: WeightSink,
+    stop: asyncio.Event,
+    ready: asyncio.Event,
+    poll_s: float = 1.0,
 ) -> None:
     """Keep `engine` on the run's served version (`fleetrl.store.serving`: what the gate
-    passed, or an operator rolled back to), swapping each change in flight, until `stop`."""
+    passed, or an operator rolled back to), swapping each change in flight, until `stop`;
+    `ready` once the first sync was tried."""
     store = started.store
     follower = WeightFollower(
         WeightStore(store),  # a reader: the manifests say how versions were written
@@ -182,7 +188,7 @@ async def follow_served(
         poll_s=poll_s,
         target=lambda: served_version(store),
     )
-    await follower.run(stop)
+    await follower.run(stop, ready)
 
 
 def roll_out(started: Started, name: str, link_bytes_per_s: float | None = None) -> int:

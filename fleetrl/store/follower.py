@@ -112,8 +112,12 @@ class WeightFollower:
         await asyncio.to_thread(self.store.register_follower, self.name, latest)
         return record
 
-    async def run(self, stop: asyncio.Event | None = None) -> None:
-        """Sync every `poll_s` seconds until `stop` is set; store errors are logged, not fatal."""
+    async def run(
+        self, stop: asyncio.Event | None = None, ready: asyncio.Event | None = None
+    ) -> None:
+        """Sync every `poll_s` seconds until `stop` is set; store errors are logged, not
+        fatal. `ready` is set once the first sync was tried (a server opens after it, so
+        that it answers with the target version from its first request)."""
         stop = stop or asyncio.Event()
         while not stop.is_set():
             try:
@@ -121,6 +125,8 @@ class WeightFollower:
             except WeightStoreError as err:
                 log.warning("follower %s: %s", self.name, err)
                 self.stats.errors = [*self.stats.errors[-19:], str(err)]
+            if ready is not None:
+                ready.set()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), self.poll_s)
 

@@ -130,11 +130,23 @@ def test_serve_a_run_record_feedback_follow_and_roll_back(tmp_path, tiny_checkpo
         back = greedy(url)
         assert back["token_ids"] == at_base["token_ids"] and back["logprobs"] == at_base["logprobs"]
         assert process.poll() is None
+
+        # A serving process started (or restarted) while version 1 is served answers its
+        # very first request with version 1, never with the base it loads first.
+        serve_version(store, 1, "gate")
+        second_out = tmp_path / "second.out"
+        command[-1] = str(tmp_path / "second")
+        with second_out.open("w") as out:
+            second = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, text=True)
+        assert set(greedy(bound_url(second, second_out))["versions"]) == {1}
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        for started in (process, locals().get("second")):
+            if started is None:
+                continue
+            started.terminate()
+            try:
+                started.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                started.kill()
+                started.wait()
     assert "Traceback" not in stderr.read_text(), stderr.read_text()

@@ -3,6 +3,7 @@ openai client, tiny random dense and MoE checkpoints (plus one `fleetrl serve` s
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import socket
@@ -654,3 +655,21 @@ def test_cli_serve_reports_where_it_cannot_listen_before_loading(
     result = runner.invoke(app, ["serve", str(dense_dir), "--host", "192.0.2.1"])
     assert result.exit_code == 2, result.output
     assert "error: cannot listen on 192.0.2.1:8000" in result.output
+
+
+def test_the_server_opens_once_its_follower_is_ready(dense_dir: Path, tokenizer: Tokenizer):
+    """A following server takes no request before its follower's first sync (a restarted
+    server must not answer with the base it loaded while another version is served)."""
+    synced: list[bool] = []
+
+    async def follower(stop: asyncio.Event, ready: asyncio.Event) -> None:
+        await asyncio.sleep(0.5)  # a fetch and a swap
+        synced.append(True)
+        ready.set()
+        await stop.wait()
+
+    engine = Engine(load_pretrained(dense_dir), max_batch_size=8, max_model_len=MAX_MODEL_LEN)
+    app = create_app(engine, tokenizer, "tiny", admin_token=None, background=follower)
+    with running(app) as url:
+        assert synced == [True]
+        assert httpx.get(f"{url}/health", timeout=5).status_code == 200
