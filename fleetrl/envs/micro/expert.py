@@ -43,7 +43,6 @@ not the bare problem statement (a harness `task_template` that wraps it).
 
 from __future__ import annotations
 
-import ast
 import keyword
 import random
 import re
@@ -96,8 +95,7 @@ def parse_example(statement: str, path: str) -> Example:
     """The call of a micro problem statement and its expected printed value; `path` is
     the module's file."""
     parsed = parse_statement(statement)
-    # print() shows str, not repr; the parse goes through pyast's lock (threads)
-    expected = str(ast.literal_eval(pyast.parse(parsed.expected.lstrip(" \t"), mode="eval")))
+    expected = str(pyast.literal_eval(parsed.expected))  # print() shows str, not repr
     module = Path(path).with_suffix("").as_posix().replace("/", ".")
     return Example(module, parsed.function, parsed.call, expected)
 

@@ -157,7 +157,7 @@ def _shape(value: object) -> object:
 
 def _evaluate(text: str) -> tuple[bool, object]:
     try:
-        return True, ast.literal_eval(pyast.parse(text.lstrip(" \t"), mode="eval"))  # parse locked
+        return True, pyast.literal_eval(text)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return False, None
 
