@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,15 +21,11 @@ from fleetrl.store.trajectories import GroupRecord, RegionReport
 from fleetrl.types import Trajectory
 
 
-# The tiny random model solves nothing: every reward is 0, every version passes the gate
-# (no worse), and the figures check the path, the ledger and the swaps, not learning. One
-# user at a time: their feedback never overlaps (the recorder's concurrent flushes are
-# another test's subject).
-@pytest.mark.slow
-@pytest.mark.timeout(300)
-def test_bench_realtime_end_to_end(tmp_path, tiny_checkpoint):
+def bench_tiny(tmp_path: Path, checkpoint: Path, timeout_s: int, *flags: str) -> dict[str, Any]:
+    """`fleetrl bench realtime --json FLAGS` on the tiny model, sized for a test (a FLAGS
+    --set comes after these and wins); its figures."""
     tiny = {
-        "model.path": tiny_checkpoint,
+        "model.path": checkpoint,
         "trainer.online_sessions": 2,
         "harness.max_turns": 2,
         "harness.max_reply_tokens": 16,
@@ -37,13 +34,26 @@ def test_bench_realtime_end_to_end(tmp_path, tiny_checkpoint):
         "eval.enabled": "false",
     }
     argv = [sys.executable, "-m", "fleetrl.cli", "bench", "realtime", "--json"]
-    argv += ["--sessions", "4", "--rate", "5", "--concurrency", "1", "--heldout-tasks", "2"]
-    argv += ["--latency-requests", "20", "--runs-dir", str(tmp_path)]
+    argv += ["--heldout-tasks", "2", "--runs-dir", str(tmp_path)]
     for key, value in tiny.items():
         argv += ["--set", f"{key}={value}"]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=280, cwd=tmp_path)
+    argv += flags
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
-    figures = json.loads(done.stdout)
+    return json.loads(done.stdout)
+
+
+# The tiny random model solves nothing: every reward is 0, every version passes the gate
+# (no worse), and the figures check the path, the ledger and the swaps, not learning. One
+# user at a time: their feedback never overlaps (the recorder's concurrent flushes are
+# another test's subject).
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_bench_realtime_end_to_end(tmp_path, tiny_checkpoint):
+    figures = bench_tiny(
+        tmp_path, tiny_checkpoint, 280,
+        "--sessions", "4", "--rate", "5", "--concurrency", "1", "--latency-requests", "20",
+    )  # fmt: skip
 
     sessions = figures["sessions"]
     assert sessions | {"started": 4, "answered": 4, "failed": 0, "lost": 0} == sessions
@@ -98,24 +108,12 @@ def test_bench_realtime_end_to_end(tmp_path, tiny_checkpoint):
 def test_bench_realtime_loses_no_session_when_trainer_and_server_are_killed(
     tmp_path, tiny_checkpoint
 ):
-    tiny = {
-        "model.path": tiny_checkpoint,
-        "trainer.online_sessions": 2,
-        "trainer.max_staleness": 100,  # no session dropped: each must be trained
-        "harness.max_turns": 2,
-        "harness.max_reply_tokens": 16,
-        "gate.tasks": 2,
-        "gate.poll_s": 0.5,
-        "eval.enabled": "false",
-    }
-    argv = [sys.executable, "-m", "fleetrl.cli", "bench", "realtime", "--json", "--faults"]
-    argv += ["--sessions", "6", "--rate", "0.5", "--concurrency", "2", "--heldout-tasks", "2"]
-    argv += ["--latency-requests", "4", "--runs-dir", str(tmp_path)]
-    for key, value in tiny.items():
-        argv += ["--set", f"{key}={value}"]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=400, cwd=tmp_path)
-    assert done.returncode == 0, done.stdout + done.stderr
-    figures = json.loads(done.stdout)
+    figures = bench_tiny(
+        tmp_path, tiny_checkpoint, 400,
+        "--faults", "--sessions", "6", "--rate", "0.5", "--concurrency", "2",
+        "--latency-requests", "4",
+        "--set", "trainer.max_staleness=100",  # no session dropped: each must be trained
+    )  # fmt: skip
 
     assert [fault["role"] for fault in figures["faults"]] == ["trainer", "serve"]
     assert all(fault["restart_s"] > 0 for fault in figures["faults"])
