@@ -344,7 +344,10 @@ def _serve_and_train(
         laps.lap("trainer_and_gate_after_users_s")
         last = served_version(store)
         say("latency, with no swap and while versions swap ...")
-        latency = asyncio.run(swap_latency(url, store, last, workload.latency_requests))
+        try:
+            latency = asyncio.run(swap_latency(url, store, last, workload.latency_requests))
+        except TimeoutError as error:
+            raise roles.failed("serve", str(error)) from error
         recorder = httpx.get(f"{url}/v1/sessions", timeout=REQUEST_TIMEOUT_S).json()
         laps.lap("latency_s")
     finally:

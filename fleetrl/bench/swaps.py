@@ -26,6 +26,7 @@ LATENCY_CONCURRENCY = 4
 LATENCY_GAP_S = 0.25  # between the starts of two requests of a latency phase
 SWAP_EVERY_S = 1.0
 REQUEST_TIMEOUT_S = 120.0
+HOLD_TIMEOUT_S = 120.0  # for the server to take the served version before the calm phase
 
 
 @dataclass
@@ -46,6 +47,7 @@ async def swap_latency(url: str, store: ObjectStore, last: int, requests: int) -
         other = WeightStore(store).latest() or 0
         note = f"only version 0 was served: toggled between 0 and the newest, {other}"
     async with httpx.AsyncClient(base_url=url, timeout=REQUEST_TIMEOUT_S) as http:
+        await _holding(http, last)
         await _ask(http, 0)  # a warm-up, not counted
         calm = await _load(http, requests)
         stop = asyncio.Event()
@@ -70,6 +72,19 @@ async def swap_latency(url: str, store: ObjectStore, last: int, requests: int) -
         "swap_every_s": SWAP_EVERY_S,
         "max_tokens": LATENCY_MAX_TOKENS,
     }
+
+
+async def _holding(http: httpx.AsyncClient, version: int) -> None:
+    """Return once the server holds `version`: its follower polls the store, so a version
+    served a moment ago may still be on its way (the calm phase must not see a swap)."""
+    deadline = time.monotonic() + HOLD_TIMEOUT_S
+    while time.monotonic() < deadline:
+        with contextlib.suppress(httpx.HTTPError):
+            response = await http.get("/health")
+            if response.status_code == 200 and response.json().get("version") == version:
+                return
+        await asyncio.sleep(0.2)
+    raise TimeoutError(f"did not take the served version {version} in {HOLD_TIMEOUT_S:.0f} s")
 
 
 async def _toggle(store: ObjectStore, pair: tuple[int, int], stop: asyncio.Event) -> int:
