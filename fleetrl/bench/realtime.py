@@ -19,10 +19,12 @@ waits for sessions after the users are done the benchmark stops it and signals t
 end itself (`trainer_ended` says which way it ended; what it had not trained is pending).
 
 The figures (the JSON document):
-- reward_over_time: the sessions in arrival order cut into REWARD_BINS near-equal bins;
-  per bin its mean reward (the verifier's), when it ran (seconds from the first arrival)
-  and the versions that sampled its replies; reward_change: the last bin's mean less the
-  first's. The goal: the served reward rises.
+- reward_over_time: the sessions in arrival order cut into REWARD_BINS near-equal bins
+  (with a task pool, one bin per round through the pool); per bin its mean reward (the
+  verifier's), when it ran (seconds from the first arrival) and the versions that sampled
+  its replies; reward_change: the last bin's mean less the first's with its 95% bootstrap
+  interval (`reward_change`: paired over tasks with a pool). The goal: the served reward
+  rises.
 - heldout: greedy pass@1 of the first served version (0, the base) and of the last one on
   the first `heldout_tasks` tasks of eval.split, each with its 95% bootstrap interval over
   tasks, and the paired gain last - first in points with its interval (`paired_gain`);
@@ -85,7 +87,7 @@ from fleetrl.orchestrate.gate import Gate
 from fleetrl.orchestrate.local import prepare_run, sigterm_unwinds, terminate
 from fleetrl.orchestrate.roles import Started
 from fleetrl.rollout.evaluate import evaluate_at
-from fleetrl.rollout.stats import EvalResult, paired_gain, task_rates
+from fleetrl.rollout.stats import EvalResult, paired_gain, task_rates, unpaired_gain
 from fleetrl.rollout.users import UserSession, run_users
 from fleetrl.store.control import Progress, read_progress, signal_stop
 from fleetrl.store.objectstore import ObjectStore, open_store
@@ -120,6 +122,7 @@ class RealtimeWorkload:
     heldout_tasks: int = 100  # the first N tasks of eval.split for held-out pass@1
     latency_requests: int = 40  # chat requests per latency phase
     faults: bool = False  # kill the trainer and the serving process mid-run, restart each
+    task_pool: int | None = None  # users go through this many train tasks in rounds
 
 
 @dataclass
@@ -244,6 +247,11 @@ def run_realtime_bench(
     say = echo or (lambda line: None)
     config = realtime_config(base, workload, run_dir.name)
     tasks = configured_tasks(config.tasks, config.tasks.split)
+    if workload.task_pool is not None and workload.task_pool > len(tasks):
+        raise RealtimeBenchError(
+            f"a task pool of {workload.task_pool}: the {config.tasks.split} split has only "
+            f"{len(tasks)} tasks"
+        )
     laps = _Laps()
     store = open_store(prepare_run(config, run_dir))
     with sigterm_unwinds():
@@ -259,13 +267,11 @@ def run_realtime_bench(
     train = list({r["step"]: r for r in records if r["kind"] == "train"}.values())
     progress = read_progress(store)
     ages = [r["feedback_age_s"] for r in train if r["feedback_age_s"] is not None]
-    bins = reward_over_time(users, REWARD_BINS)
-    change = None
-    if len(bins) > 1 and None not in (bins[0]["mean_reward"], bins[-1]["mean_reward"]):
-        change = bins[-1]["mean_reward"] - bins[0]["mean_reward"]
+    pool = workload.task_pool
+    bins = REWARD_BINS if pool is None else math.ceil(workload.sessions / pool)
     return {
-        "reward_over_time": bins,
-        "reward_change": change,
+        "reward_over_time": reward_over_time(users, bins),
+        "reward_change": reward_change(users, bins, paired=pool is not None),
         "heldout": heldout,
         "latency": served.latency,
         "sessions_per_version": sessions_per_version(users),
@@ -334,6 +340,7 @@ def _serve_and_train(
             temperature=config.rollout.temperature,
             concurrency=workload.concurrency,
             rollout=config.rollout,
+            pool=workload.task_pool,
         )
         span_s = workload.sessions / workload.rate_per_s if workload.faults else None
         users, faults = asyncio.run(_through_faults(users_run, roles, store, span_s, say))
@@ -408,17 +415,22 @@ def _await_trainer(roles: _Roles, config: RunConfig, store: ObjectStore, users_d
     return "its steps done"
 
 
-def reward_over_time(users: list[UserSession], bins: int) -> list[dict[str, Any]]:
-    """The sessions in arrival order in `bins` near-equal bins (fewer with fewer sessions):
-    each bin's sessions, mean reward of the graded ones (None: none graded), span in
-    seconds from the first arrival, and the versions that sampled its replies."""
+def _binned(users: list[UserSession], bins: int) -> list[list[UserSession]]:
+    """The sessions in arrival order in `bins` near-equal bins (fewer with fewer sessions)."""
     ordered = sorted(users, key=lambda user: user.arrived)
-    if not ordered:
+    parts = np.array_split(np.arange(len(ordered)), min(bins, len(ordered)))
+    return [[ordered[i] for i in part] for part in parts]
+
+
+def reward_over_time(users: list[UserSession], bins: int) -> list[dict[str, Any]]:
+    """Per bin (`_binned`): its sessions, mean reward of the graded ones (None: none
+    graded), span in seconds from the first arrival, and the versions that sampled its
+    replies."""
+    if not users:
         return []
-    start = ordered[0].arrived
+    start = min(user.arrived for user in users)
     figures = []
-    for part in np.array_split(np.arange(len(ordered)), min(bins, len(ordered))):
-        chunk = [ordered[i] for i in part]
+    for chunk in _binned(users, bins):
         rewards = [user.reward for user in chunk if user.reward is not None]
         figures.append(
             {
@@ -430,6 +442,26 @@ def reward_over_time(users: list[UserSession], bins: int) -> list[dict[str, Any]
             }
         )
     return figures
+
+
+def reward_change(users: list[UserSession], bins: int, paired: bool) -> dict[str, Any] | None:
+    """The last bin's mean reward less the first's (graded sessions) with a 95% bootstrap
+    interval: `paired` over the tasks graded in both bins (each bin a round through the
+    same task pool, so each task is compared with itself), otherwise each bin resampled on
+    its own (`unpaired_gain`). None with fewer than two bins graded."""
+    chunks = _binned(users, bins)
+    if len(chunks) < 2:
+        return None
+    first, last = ([u for u in chunks[i] if u.reward is not None] for i in (0, -1))
+    if not first or not last:
+        return None
+    if not paired:
+        mean, low, high = unpaired_gain([u.reward for u in last], [u.reward for u in first])
+        return {"mean": mean, "low": low, "high": high, "paired": False}
+    before, after = ({u.task_id: u.reward for u in chunk} for chunk in (first, last))
+    shared = sorted(before.keys() & after.keys())
+    mean, low, high = paired_gain({t: after[t] for t in shared}, {t: before[t] for t in shared})
+    return {"mean": mean, "low": low, "high": high, "paired": True, "tasks": len(shared)}
 
 
 def sessions_per_version(users: list[UserSession]) -> dict[str, int]:

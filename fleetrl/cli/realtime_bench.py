@@ -34,6 +34,15 @@ def bench_realtime_command(
             "two thirds in (SIGKILL), each started again in its folder; nothing may be lost.",
         ),
     ] = False,
+    task_pool: Annotated[
+        int | None,
+        typer.Option(
+            help="Users go through this many train tasks in rounds, each round in a new "
+            "order (a population whose tasks recur); the served reward is then binned by "
+            "round and compared task by task. SESSIONS must be a multiple of it, two rounds "
+            "at least. Default: each user draws any train task.",
+        ),
+    ] = None,
     runs_dir: Annotated[Path, typer.Option(help="Where the run folder is made.")] = Path("runs"),
     name: Annotated[
         str, typer.Option(help="The run's name and folder (RUNS_DIR/NAME, a new one).")
@@ -51,8 +60,9 @@ def bench_realtime_command(
     micro harness against the served model and sending the verifier's verdict as feedback.
     Once the trainer has trained the sessions and the gate judged its last version:
 
-    - reward of the sessions over time (8 bins in arrival order) and the versions that
-    answered each;
+    - reward of the sessions over time (8 bins in arrival order, or one per round through
+    --task-pool) and the versions that answered each, the last bin's less the first's with
+    its interval;
     - serving latency p50/p99 of short chat requests, with no swap and while the served
     version toggles every second, their p99 ratio and failed requests (goals: none failed,
     ratio <= 1.5);
@@ -74,6 +84,13 @@ def bench_realtime_command(
             raise fail(f"{option} must be >= {least}, got {value}")
     if not rate > 0:
         raise fail(f"--rate must be > 0 users per second, got {rate}")
+    if task_pool is not None and (
+        task_pool < 1 or sessions % task_pool or sessions < 2 * task_pool
+    ):
+        raise fail(
+            f"--task-pool {task_pool}: --sessions ({sessions}) must be a multiple of it, "
+            "two rounds through the pool at least"
+        )
     from fleetrl.config import RUN_NAME
 
     if not re.fullmatch(RUN_NAME, name):
@@ -90,7 +107,7 @@ def bench_realtime_command(
     if not (resolve_checkpoint(base.model.path) / "config.json").is_file():
         raise fail(f"model.path {base.model.path} is not a checkpoint directory")
     workload = RealtimeWorkload(
-        sessions, rate, concurrency, heldout_tasks, latency_requests, faults
+        sessions, rate, concurrency, heldout_tasks, latency_requests, faults, task_pool
     )
     echo = None if as_json else lambda line: typer.echo(line, err=True)
     try:

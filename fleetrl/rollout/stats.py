@@ -79,6 +79,27 @@ def paired_gain(
     return float(diffs.mean()), *_percentile_bootstrap(diffs, level, resamples, seed)
 
 
+def unpaired_gain(
+    after: list[float],
+    before: list[float],
+    level: float = 0.95,
+    resamples: int = 2000,
+    seed: int = 0,
+) -> tuple[float, float, float]:
+    """mean(after) - mean(before) of two independent samples (scores of different tasks or
+    episodes) and a percentile bootstrap interval of it, each sample resampled on its own."""
+    if not after or not before:
+        raise EvalError("an unpaired gain needs scores on both sides")
+    rng = np.random.default_rng(seed)
+    a, b = np.asarray(after, dtype=np.float64), np.asarray(before, dtype=np.float64)
+    diffs = a[rng.integers(0, len(a), size=(resamples, len(a)))].mean(axis=1) - b[
+        rng.integers(0, len(b), size=(resamples, len(b)))
+    ].mean(axis=1)
+    alpha = (1.0 - level) / 2
+    low, high = np.quantile(diffs, [alpha, 1.0 - alpha])
+    return float(a.mean() - b.mean()), float(low), float(high)
+
+
 def task_rates(document: dict[str, Any]) -> dict[str, float]:
     """{task id: pass rate} of an evaluation's document (`EvalResult.to_json` or a
     `protocol_report`): its samples passed over its samples per task."""

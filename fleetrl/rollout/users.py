@@ -129,6 +129,23 @@ def arrival_offsets(rate_per_s: float, count: int, rng: random.Random) -> list[f
     return list(itertools.accumulate(rng.expovariate(rate_per_s) for _ in range(count)))
 
 
+def task_draws(tasks: list[Task], count: int, rng: random.Random, pool: int | None) -> list[Task]:
+    """The tasks of `count` users in order of arrival: each drawn uniformly from `tasks`;
+    with `pool`, `pool` of them drawn once and gone through in rounds, each round in a new
+    order. A pool is a population whose tasks recur, as a product's users ask alike again
+    and again: each round holds the same tasks, so two rounds' rewards compare the policies
+    that served them, not two draws of tasks."""
+    if pool is None:
+        return [rng.choice(tasks) for _ in range(count)]
+    if not 1 <= pool <= len(tasks):
+        raise ValueError(f"a pool of {pool} tasks needs 1 to {len(tasks)} (the tasks given)")
+    chosen = rng.sample(tasks, pool)
+    draws: list[Task] = []
+    while len(draws) < count:
+        draws += rng.sample(chosen, pool)
+    return draws[:count]
+
+
 async def run_users(
     base_url: str,
     model: str,
@@ -142,17 +159,19 @@ async def run_users(
     retry_s: float = 60.0,
     rollout: RolloutSection | None = None,
     api_key: str = "unused",
+    pool: int | None = None,
 ) -> list[UserSession]:
     """`sessions` simulated users of the recording server at `base_url` (its root, e.g.
     http://127.0.0.1:8000), in order of arrival.
 
-    Users arrive at `rate_per_s` (`arrival_offsets`), each picks one of `tasks` uniformly
-    and works on it through the `harness` at `temperature` under the session id
-    f"user-{seed}-{i}"; the draws are seeded by `seed`. At most `concurrency` users work at
-    once. `retry_s`: how long a failing request is retried before the user gives up.
-    `rollout`: sandbox backend, sandbox limits and grading timeout (default: its
-    defaults). `model` and `api_key` go into the chat requests. Returns once every user
-    is done; one user's failure is in its session's `error`, never raised."""
+    Users arrive at `rate_per_s` (`arrival_offsets`), each picks a task (`task_draws`:
+    uniformly from `tasks`, or in rounds through a `pool` of them) and works on it through
+    the `harness` at `temperature` under the session id f"user-{seed}-{i}"; the draws are
+    seeded by `seed`. At most `concurrency` users work at once. `retry_s`: how long a
+    failing request is retried before the user gives up. `rollout`: sandbox backend,
+    sandbox limits and grading timeout (default: its defaults). `model` and `api_key` go
+    into the chat requests. Returns once every user is done; one user's failure is in its
+    session's `error`, never raised."""
     if rate_per_s <= 0 or sessions < 0 or concurrency < 1 or not tasks:
         raise ValueError("need rate_per_s > 0, sessions >= 0, concurrency >= 1 and some tasks")
     settings = rollout or RolloutSection()
@@ -160,7 +179,7 @@ async def run_users(
     root = base_url.rstrip("/")
     rng = random.Random(seed)
     offsets = arrival_offsets(rate_per_s, sessions, rng)
-    picks = [rng.choice(tasks) for _ in range(sessions)]
+    picks = task_draws(tasks, sessions, rng, pool)
     slots = asyncio.Semaphore(concurrency)
     loop = asyncio.get_running_loop()
     start = loop.time()

@@ -13,7 +13,12 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from fleetrl.bench.realtime import reward_over_time, session_ledger, sessions_per_version
+from fleetrl.bench.realtime import (
+    reward_change,
+    reward_over_time,
+    session_ledger,
+    sessions_per_version,
+)
 from fleetrl.cli import app
 from fleetrl.rollout.users import UserSession
 from fleetrl.store.control import Progress
@@ -53,6 +58,7 @@ def test_bench_realtime_end_to_end(tmp_path, tiny_checkpoint):
     figures = bench_tiny(
         tmp_path, tiny_checkpoint, 280,
         "--sessions", "4", "--rate", "5", "--concurrency", "1", "--latency-requests", "20",
+        "--task-pool", "2",
     )  # fmt: skip
 
     sessions = figures["sessions"]
@@ -68,8 +74,9 @@ def test_bench_realtime_end_to_end(tmp_path, tiny_checkpoint):
     assert verdicts and all(verdict["passed"] for verdict in verdicts)
     assert figures["served_version"] == verdicts[-1]["version"] >= 1
 
-    bins = figures["reward_over_time"]
-    assert sum(b["sessions"] for b in bins) == 4 and all(b["mean_reward"] == 0 for b in bins)
+    bins = figures["reward_over_time"]  # one per round through the pool of 2 tasks
+    assert [b["sessions"] for b in bins] == [2, 2] and all(b["mean_reward"] == 0 for b in bins)
+    assert figures["reward_change"] == {"mean": 0, "low": 0, "high": 0, "paired": True, "tasks": 2}
     assert all(0 <= b["from_s"] <= b["to_s"] for b in bins)
     assert sum(figures["sessions_per_version"].values()) >= 4  # a session may span two
     assert figures["feedback_age_s"]["max"] >= figures["feedback_age_s"]["mean"] > 0
@@ -127,10 +134,10 @@ def test_bench_realtime_loses_no_session_when_trainer_and_server_are_killed(
 
 
 def user(
-    i: int, arrived: float, reward: float | None, versions: set[int], **kw: Any
+    i: int, arrived: float, reward: float | None, versions: set[int], task: str = "t", **kw: Any
 ) -> UserSession:
     return UserSession(
-        f"user-0-{i}", "t", arrived, arrived, arrived + 1, reward, versions=versions, **kw
+        f"user-0-{i}", task, arrived, arrived, arrived + 1, reward, versions=versions, **kw
     )
 
 
@@ -177,6 +184,24 @@ def test_reward_over_time_bins_sessions_in_arrival_order():
     assert sessions_per_version(users) == {"0": 4, "1": 4, "2": 2}
 
 
+def test_the_reward_change_pairs_rounds_of_a_pool_task_by_task():
+    # Two rounds through 20 tasks: the first solves 10, the second those and 5 more. Paired
+    # (each task compared with itself), the rise is clear; unpaired, the task draws' own
+    # spread hides it.
+    first = [user(i, i, float(i < 10), {0}, f"t{i}") for i in range(20)]
+    second = [user(20 + i, 20 + i, float(i < 15), {1}, f"t{i}") for i in reversed(range(20))]
+    paired = reward_change(first + second, 2, paired=True)
+    assert paired == paired | {"mean": 0.25, "paired": True, "tasks": 20}
+    assert 0 < paired["low"] < 0.25 < paired["high"]
+    unpaired = reward_change(first + second, 2, paired=False)
+    assert unpaired["mean"] == 0.25 and unpaired["paired"] is False
+    assert unpaired["low"] < 0 < paired["low"]
+    # an ungraded session leaves its task out of the pairing; one bin has no change
+    first[0].reward = None
+    assert reward_change(first + second, 2, paired=True)["tasks"] == 19
+    assert reward_change(first, 1, paired=False) is None
+
+
 runner = CliRunner()
 
 
@@ -190,6 +215,9 @@ runner = CliRunner()
         (["--heldout-tasks", "0"], "--heldout-tasks"),
         (["--latency-requests", "0"], "--latency-requests"),
         (["--name", "../up"], "--name"),
+        (["--sessions", "20", "--task-pool", "7"], "--task-pool"),
+        (["--sessions", "20", "--task-pool", "20"], "--task-pool"),
+        (["--task-pool", "0"], "--task-pool"),
     ],
 )
 def test_bench_realtime_refuses_bad_options_up_front(tmp_path, options, named):

@@ -9,7 +9,14 @@ import random
 import numpy as np
 import pytest
 
-from fleetrl.rollout.users import UserSession, arrival_offsets, sampled_versions, summarise
+from fleetrl.rollout.users import (
+    UserSession,
+    arrival_offsets,
+    sampled_versions,
+    summarise,
+    task_draws,
+)
+from fleetrl.types import Task
 
 
 def test_arrivals_are_a_seeded_poisson_process() -> None:
@@ -38,3 +45,22 @@ def test_versions_of_a_chat_response() -> None:
     body = {"choices": [{"versions": [3, 3, 4]}, {"versions": [-1, 5]}]}
     assert sampled_versions(json.dumps(body).encode()) == {3, 4, 5}
     assert sampled_versions(b'{"choices": [{"message": {"content": "hi"}}]}') == set()
+
+
+def tasks(count: int) -> list[Task]:
+    return [Task(f"t{i}", "/nowhere", "0" * 40, "fix it", "", "", [], []) for i in range(count)]
+
+
+def test_users_draw_any_task_or_go_round_a_pool() -> None:
+    many = tasks(50)
+    uniform = [t.instance_id for t in task_draws(many, 200, random.Random(1), None)]
+    assert len(set(uniform)) > 40  # every task may come, some twice in a row
+
+    pooled = [t.instance_id for t in task_draws(many, 25, random.Random(1), 10)]
+    rounds = [pooled[:10], pooled[10:20], pooled[20:]]
+    assert len(set(rounds[0])) == 10 and sorted(rounds[1]) == sorted(rounds[0])
+    assert rounds[1] != rounds[0]  # each round in a new order
+    assert set(rounds[2]) < set(rounds[0]) and len(set(rounds[2])) == 5  # a part round
+    assert pooled == [t.instance_id for t in task_draws(many, 25, random.Random(1), 10)]
+    with pytest.raises(ValueError, match="pool of 51"):
+        task_draws(many, 5, random.Random(1), 51)
