@@ -52,9 +52,18 @@ def _percentile_bootstrap(
 ) -> tuple[float, float]:
     """Percentile interval of the mean of `values` over `resamples` draws with replacement."""
     rng = np.random.default_rng(seed)
-    means = values[rng.integers(0, len(values), size=(resamples, len(values)))].mean(axis=1)
+    return _percentile_interval(_resampled_means(values, resamples, rng), level)
+
+
+def _resampled_means(values: np.ndarray, resamples: int, rng: np.random.Generator) -> np.ndarray:
+    """The means of `resamples` draws of len(values) values with replacement."""
+    return values[rng.integers(0, len(values), size=(resamples, len(values)))].mean(axis=1)
+
+
+def _percentile_interval(estimates: np.ndarray, level: float) -> tuple[float, float]:
+    """The central `level` interval of bootstrap estimates."""
     alpha = (1.0 - level) / 2
-    low, high = np.quantile(means, [alpha, 1.0 - alpha])
+    low, high = np.quantile(estimates, [alpha, 1.0 - alpha])
     return float(low), float(high)
 
 
@@ -92,12 +101,8 @@ def unpaired_gain(
         raise EvalError("an unpaired gain needs scores on both sides")
     rng = np.random.default_rng(seed)
     a, b = np.asarray(after, dtype=np.float64), np.asarray(before, dtype=np.float64)
-    diffs = a[rng.integers(0, len(a), size=(resamples, len(a)))].mean(axis=1) - b[
-        rng.integers(0, len(b), size=(resamples, len(b)))
-    ].mean(axis=1)
-    alpha = (1.0 - level) / 2
-    low, high = np.quantile(diffs, [alpha, 1.0 - alpha])
-    return float(a.mean() - b.mean()), float(low), float(high)
+    diffs = _resampled_means(a, resamples, rng) - _resampled_means(b, resamples, rng)
+    return float(a.mean() - b.mean()), *_percentile_interval(diffs, level)
 
 
 def task_rates(document: dict[str, Any]) -> dict[str, float]:
